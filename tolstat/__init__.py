@@ -1,0 +1,32 @@
+"""tolstat: turn measured numerical error into trustworthy test tolerances.
+
+Data flow (one module per step, each importing only the steps before it)::
+
+    kernel outputs -> metrics -> error dataset -> fitted models -> tolerance table -> checks
+                     (metrics)   (errors, collect, io)  (estimators) (select)        (check)
+"""
+
+from ._dtypes import SUPPORTED_DTYPES, canonical_dtype
+from ._version import __version__
+from .collect import Inputs, collect, from_pairs, hardware_fingerprint
+from .errors import concat, indexed, validate
+from .io import open_errors, save
+from .metrics import ErrorMetrics, error_metrics, ulp_distance
+
+__all__ = [
+    "__version__",
+    "SUPPORTED_DTYPES",
+    "canonical_dtype",
+    "ErrorMetrics",
+    "error_metrics",
+    "ulp_distance",
+    "Inputs",
+    "collect",
+    "from_pairs",
+    "hardware_fingerprint",
+    "validate",
+    "concat",
+    "indexed",
+    "save",
+    "open_errors",
+]

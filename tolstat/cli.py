@@ -1,0 +1,102 @@
+"""The ``tolstat`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+import numpy as np
+import xarray as xr
+
+__all__ = ["main", "summary_table"]
+
+
+def summary_table(ds: xr.Dataset) -> str:
+    """One line per (op, dtype, hardware) group: runs and run-level error statistics."""
+    rows = [("op", "dtype", "hardware", "runs", "median max_abs", "max max_abs", "max max_ulp",
+             "max max_rel", "nonfinite")]
+    for (op, dt, hw), g in ds.groupby(["op", "dtype", "hardware"]):
+        rows.append((op, dt, hw[:28], str(g.sizes["run"]), f"{float(np.median(g.max_abs)):.3e}",
+                     f"{float(g.max_abs.max()):.3e}", f"{float(g.max_ulp.max()):.0f}",
+                     f"{float(g.max_rel.max()):.3e}", str(int(g.n_nonfinite.sum()))))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.rjust(w) if j >= 3 else c.ljust(w)
+                               for j, (c, w) in enumerate(zip(r, widths))) for r in rows)
+
+
+def _demo_dataset(runs: int, seed: int) -> xr.Dataset:
+    import ml_dtypes
+
+    from . import Inputs, collect, concat
+
+    dts = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+    parts = []
+    for name, dt in dts.items():
+        def kernel(a, b, dt=dt):
+            # fp32 accumulation over 32-wide K tiles, store in the low-precision dtype
+            a = a.astype(dt).astype(np.float32)
+            b = b.astype(dt).astype(np.float32)
+            acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
+            for k0 in range(0, a.shape[1], 32):
+                acc += a[:, k0:k0 + 32] @ b[k0:k0 + 32]
+            return acc.astype(dt)
+
+        def reference(a, b, dt=dt):
+            return a.astype(dt).astype(np.float64) @ b.astype(dt).astype(np.float64)
+
+        def make(rng):
+            k = int(rng.choice([16, 64, 256, 1024]))
+            scale = float(rng.choice([1.0, 10.0]))
+            return Inputs(args=(rng.standard_normal((64, k)) * scale, rng.standard_normal((k, 64))),
+                          labels={"dist": "normal"}, covariates={"K": k, "scale": scale})
+
+        parts.append(collect(kernel, reference, make, op="matmul", dtype=name, runs=runs, seed=seed))
+    return concat(parts)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from . import save
+
+    ds = _demo_dataset(args.runs, args.seed)
+    print(summary_table(ds))
+    if args.output:
+        save(ds, args.output)
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _cmd_summary(args: argparse.Namespace) -> int:
+    from . import open_errors
+
+    print(summary_table(open_errors(args.errors)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``tolstat`` command."""
+    p = argparse.ArgumentParser(prog="tolstat", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("demo", help="collect errors of a bundled numpy matmul kernel and summarise")
+    d.add_argument("--runs", type=int, default=100)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("-o", "--output", help="save the error dataset (.nc or .zarr)")
+    d.set_defaults(func=_cmd_demo)
+    s = sub.add_parser("summary", help="summarise an error dataset per (op, dtype, hardware)")
+    s.add_argument("errors")
+    s.set_defaults(func=_cmd_summary)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tolstat`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        print(f"tolstat: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

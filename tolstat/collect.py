@@ -1,0 +1,272 @@
+"""Collect error datasets: run kernels against float64 references, or wrap outputs.
+
+Step between metrics and the error dataset: :func:`collect` runs a kernel and its
+reference on generated inputs; :func:`from_pairs` takes outputs the user already has.
+Both return an error dataset (``docs/schema.md``).
+"""
+
+from __future__ import annotations
+
+import os
+import platform as _platform
+import socket
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+import xarray as xr
+from tqdm.auto import tqdm
+
+from ._dtypes import canonical_dtype
+from .errors import DEFAULT_SAMPLE_SIZE, RunRecord, build_dataset, summarize_run
+from .metrics import error_metrics
+
+__all__ = ["Inputs", "collect", "from_pairs", "hardware_fingerprint"]
+
+
+@dataclass
+class Inputs:
+    """What ``make_inputs`` may return for one run.
+
+    Attributes
+    ----------
+    args : tuple
+        Positional arguments passed to both kernel and reference.
+    kwargs : dict
+        Keyword arguments passed to both.
+    labels : dict
+        Per-run labels (``dist="normal"``, ``variant="tiled"``...).
+    covariates : dict
+        Per-run covariates (``K=512``, ``scale=10.0``...).
+    """
+
+    args: tuple = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    labels: dict[str, Any] = field(default_factory=dict)
+    covariates: dict[str, float] = field(default_factory=dict)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return _platform.processor() or _platform.machine() or "unknown"
+
+
+def hardware_fingerprint() -> tuple[str, str]:
+    """Describe this machine: ``(hardware label, platform string)``.
+
+    The hardware label is ``"cuda:<GPU name>"`` when torch is already imported and sees a
+    CUDA device, else ``"cpu:<CPU model>"``. The platform string lists the versions of
+    Python, numpy and (if imported) torch. torch is never imported here.
+    """
+    parts = [f"python {_platform.python_version()}", f"numpy {np.__version__}"]
+    label = f"cpu:{_cpu_model()}"
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        parts.append(f"torch {getattr(torch, '__version__', '?')}")
+        try:
+            if torch.cuda.is_available():
+                label = f"cuda:{torch.cuda.get_device_name(0)}"
+                parts.append(f"cuda {torch.version.cuda}")
+        except Exception:  # pragma: no cover - broken CUDA setups
+            pass
+    return label, "; ".join(parts)
+
+
+def _provenance(kind: str, **extra: Any) -> dict[str, Any]:
+    prov = {"created_by": kind, "host": socket.gethostname(), "pid": os.getpid()}
+    prov.update({k: v for k, v in extra.items() if v is not None})
+    return prov
+
+
+def _name(obj: Any) -> str:
+    return getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or repr(obj)
+
+
+def _as_inputs(x: Any) -> Inputs:
+    if isinstance(x, Inputs):
+        return x
+    if isinstance(x, Mapping):
+        return Inputs(kwargs=dict(x))
+    if isinstance(x, tuple):
+        return Inputs(args=x)
+    return Inputs(args=(x,))
+
+
+def _merged(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> dict[str, Any]:
+    out = dict(a or {})
+    out.update(b or {})
+    return out
+
+
+def collect(
+    kernel: Callable[..., Any],
+    reference: Callable[..., Any],
+    make_inputs: Callable[[np.random.Generator], Any],
+    *,
+    op: str,
+    dtype: Any,
+    runs: int,
+    hardware: str | None = None,
+    seed: int = 0,
+    labels: Mapping[str, Any] | None = None,
+    covariates: Mapping[str, float] | None = None,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    rel_floor: float | None = None,
+    allow_nan: bool = False,
+    progress: bool | None = None,
+) -> xr.Dataset:
+    """Run a kernel and its float64 reference on generated inputs; return the errors.
+
+    Parameters
+    ----------
+    kernel : callable
+        The kernel under calibration; called as ``kernel(*args, **kwargs)``.
+    reference : callable
+        Its float64 reference, called with the same arguments.
+    make_inputs : callable
+        ``make_inputs(rng)`` returns the inputs of one run: a tuple (positional args),
+        a dict (keyword args), an :class:`Inputs` (with per-run labels and covariates),
+        or a single argument. ``rng`` is ``numpy.random.default_rng([seed, i])`` for
+        run ``i``, so a run is reproducible on its own.
+    op : str
+        Operator name.
+    dtype : str or dtype
+        Target dtype of the kernel output (ULPs are counted in it).
+    runs : int
+        Number of runs.
+    hardware : str, optional
+        Hardware label; default: :func:`hardware_fingerprint`.
+    seed : int, default 0
+        Base seed of the input generator and of the element sampling.
+    labels, covariates : dict, optional
+        Labels / covariates shared by all runs (per-run ones from :class:`Inputs` win).
+    sample_size : int, default 4096
+        Element-wise errors kept per run.
+    rel_floor, allow_nan
+        See :func:`tolstat.error_metrics`.
+    progress : bool, optional
+        Show a progress bar; default: only when writing to a terminal.
+
+    Returns
+    -------
+    xarray.Dataset
+        An error dataset with ``runs`` runs.
+
+    Raises
+    ------
+    ValueError
+        ``runs < 1``, unknown dtype, or any error of :func:`tolstat.error_metrics`
+        (reported with the run index).
+    """
+    if not isinstance(runs, (int, np.integer)) or runs < 1:
+        raise ValueError(f"runs must be a positive integer, got {runs!r}")
+    for nm, f in (("kernel", kernel), ("reference", reference), ("make_inputs", make_inputs)):
+        if not callable(f):
+            raise TypeError(f"{nm} must be callable, got {type(f).__name__}")
+    dt = canonical_dtype(dtype)
+    hw_label, plat = hardware_fingerprint()
+    hw = hw_label if hardware is None else str(hardware)
+    records: list[RunRecord] = []
+    disable = None if progress is None else not progress
+    for i in tqdm(range(int(runs)), desc=f"collect {op}/{dt}", disable=disable, leave=False):
+        rng = np.random.default_rng([seed, i])
+        inp = _as_inputs(make_inputs(rng))
+        actual = kernel(*inp.args, **inp.kwargs)
+        expected = reference(*inp.args, **inp.kwargs)
+        records.append(
+            _record(actual, expected, i, op=op, dtype=dt, hardware=hw, platform=plat,
+                    seed=seed, labels=_merged(labels, inp.labels),
+                    covariates=_merged(covariates, inp.covariates), sample_size=sample_size,
+                    rel_floor=rel_floor, allow_nan=allow_nan, rng=rng)
+        )
+    return build_dataset(
+        records,
+        sample_size=sample_size,
+        provenance=_provenance("tolstat.collect", kernel=_name(kernel),
+                               reference=_name(reference), seed=seed, runs=int(runs)),
+    )
+
+
+def _record(actual: Any, expected: Any, i: int, *, op: str, dtype: str, hardware: str,
+            platform: str, seed: int, labels: Mapping[str, Any],
+            covariates: Mapping[str, float], sample_size: int, rel_floor: float | None,
+            allow_nan: bool, rng: np.random.Generator) -> RunRecord:
+    try:
+        m = error_metrics(actual, expected, dtype=dtype, rel_floor=rel_floor, allow_nan=allow_nan)
+    except (ValueError, TypeError) as exc:
+        raise type(exc)(f"run {i}: {exc}") from exc
+    return summarize_run(m, op=op, hardware=hardware, platform=platform, seed=seed,
+                         run_index=i, labels=labels, covariates=covariates,
+                         sample_size=sample_size, rng=rng)
+
+
+def from_pairs(
+    pairs: Iterable[Any],
+    *,
+    op: str,
+    dtype: Any,
+    hardware: str | None = None,
+    labels: Mapping[str, Any] | None = None,
+    covariates: Mapping[str, float] | None = None,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    seed: int = 0,
+    rel_floor: float | None = None,
+    allow_nan: bool = False,
+    progress: bool | None = None,
+) -> xr.Dataset:
+    """Build an error dataset from (actual, expected) outputs the user already has.
+
+    Parameters
+    ----------
+    pairs : iterable
+        Each item is ``(actual, expected)``, ``(actual, expected, labels)``,
+        ``(actual, expected, labels, covariates)`` or a mapping with keys ``actual``,
+        ``expected`` and optionally ``labels``, ``covariates``. Arrays may be numpy
+        arrays, torch tensors, or anything with ``__array__`` / ``__dlpack__``.
+    op, dtype, hardware, labels, covariates, sample_size, rel_floor, allow_nan, progress
+        As in :func:`collect`.
+    seed : int, default 0
+        Seed of the element sampling (run ``i`` uses ``default_rng([seed, i])``).
+
+    Returns
+    -------
+    xarray.Dataset
+    """
+    dt = canonical_dtype(dtype)
+    hw_label, plat = hardware_fingerprint()
+    hw = hw_label if hardware is None else str(hardware)
+    records: list[RunRecord] = []
+    disable = None if progress is None else not progress
+    for i, item in enumerate(tqdm(pairs, desc=f"from_pairs {op}/{dt}", disable=disable, leave=False)):
+        if isinstance(item, Mapping):
+            try:
+                actual, expected = item["actual"], item["expected"]
+            except KeyError as exc:
+                raise ValueError(f"pair {i}: mapping needs keys 'actual' and 'expected'") from exc
+            lab, cov = item.get("labels"), item.get("covariates")
+        elif isinstance(item, (tuple, list)) and 2 <= len(item) <= 4:
+            actual, expected = item[0], item[1]
+            lab = item[2] if len(item) > 2 else None
+            cov = item[3] if len(item) > 3 else None
+        else:
+            raise TypeError(
+                f"pair {i}: expected (actual, expected[, labels[, covariates]]) or a mapping, "
+                f"got {type(item).__name__}"
+            )
+        rng = np.random.default_rng([seed, i])
+        records.append(
+            _record(actual, expected, i, op=op, dtype=dt, hardware=hw, platform=plat,
+                    seed=-1, labels=_merged(labels, lab), covariates=_merged(covariates, cov),
+                    sample_size=sample_size, rel_floor=rel_floor, allow_nan=allow_nan, rng=rng)
+        )
+    if not records:
+        raise ValueError("from_pairs got no pairs")
+    return build_dataset(records, sample_size=sample_size,
+                         provenance=_provenance("tolstat.from_pairs", runs=len(records)))

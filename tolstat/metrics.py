@@ -1,0 +1,363 @@
+"""Element-wise error metrics of a kernel output against its float64 reference.
+
+This is the first step of tolstat's data flow (kernel outputs -> **metrics** -> error
+dataset -> fitted models -> tolerance table -> checks). It imports nothing else of
+tolstat but the dtype table.
+
+Definitions (also in ``docs/schema.md``):
+
+* signed error ``d = actual - expected`` in float64 (``actual`` upcast exactly);
+* absolute error ``|d|``;
+* relative error ``|d| / max(|expected|, rel_floor)``, with ``rel_floor`` by default the
+  smallest positive normal number of the target dtype;
+* ULP distance in the *target* dtype: ``expected`` rounded to the target (round to
+  nearest even, clamped to the largest finite value), both mapped to the ordered integer
+  line (``-0 == +0``), distance = absolute difference of the two integers — the logic of
+  ``numpy.testing``'s ``nulp_diff``, computed by numba for every supported width.
+
+A NaN or Inf in ``actual`` where ``expected`` is finite is an *infinite* error: it is
+counted (``n_nonfinite``) and reported, never dropped.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+import numpy as np
+
+from ._dtypes import TargetDtype, target_dtype
+
+__all__ = ["ErrorMetrics", "error_metrics", "ulp_distance", "as_array", "ordered_int"]
+
+
+# ---------------------------------------------------------------------------
+# array conversion
+# ---------------------------------------------------------------------------
+def as_array(x: Any, *, name: str = "array") -> np.ndarray:
+    """Convert a kernel output or reference to a numpy array without copying if possible.
+
+    Accepts numpy arrays, torch tensors (any device; moved to CPU, bfloat16 kept exact
+    as ``ml_dtypes.bfloat16``), objects with ``__dlpack__`` or ``__array__``, and
+    Python scalars/sequences.
+
+    Raises
+    ------
+    TypeError
+        If the input cannot be converted to an array.
+    """
+    mod = type(x).__module__
+    if mod.startswith("torch"):
+        return _torch_to_numpy(x)
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "__array__"):
+        return np.asarray(x)
+    if hasattr(x, "__dlpack__"):
+        try:
+            return np.from_dlpack(x)
+        except Exception as exc:  # pragma: no cover - depends on producer
+            raise TypeError(f"{name}: cannot import {type(x).__name__} via DLPack: {exc}") from exc
+    try:
+        return np.asarray(x)
+    except Exception as exc:
+        raise TypeError(f"{name}: cannot convert {type(x).__name__} to an array") from exc
+
+
+def _torch_to_numpy(t: Any) -> np.ndarray:
+    import torch  # noqa: PLC0415 - optional dependency, only reached with a torch input
+
+    import ml_dtypes
+
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.dtype == torch.bfloat16:
+        return t.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    special = {
+        getattr(torch, "float8_e4m3fn", None): ml_dtypes.float8_e4m3fn,
+        getattr(torch, "float8_e5m2", None): ml_dtypes.float8_e5m2,
+    }
+    if t.dtype in special and t.dtype is not None:
+        return t.contiguous().view(torch.uint8).numpy().view(special[t.dtype])
+    return t.numpy()
+
+
+def _check_float(a: np.ndarray, name: str) -> None:
+    kind = a.dtype.kind
+    if kind in "biu":
+        raise TypeError(
+            f"{name} has integer/bool dtype {a.dtype}: tolstat measures floating-point "
+            "rounding error; compare integer outputs exactly instead"
+        )
+    if kind == "c":
+        raise TypeError(
+            f"{name} has complex dtype {a.dtype}: complex outputs are not supported; "
+            "pass real and imaginary parts as separate checks"
+        )
+    if kind not in "fV" and a.dtype.name not in ("bfloat16",) and not a.dtype.name.startswith("float8"):
+        raise TypeError(f"{name} has unsupported dtype {a.dtype}")
+
+
+def _to_float64(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, dtype=np.float64)
+
+
+# ---------------------------------------------------------------------------
+# ULP distance (numba kernel on the ordered integer representation)
+# ---------------------------------------------------------------------------
+@numba.njit(cache=True, nogil=True)
+def _ulp_kernel(a_bits: np.ndarray, e_bits: np.ndarray, nbits: int, out: np.ndarray) -> None:
+    """Distance on the ordered integer line between two arrays of bit patterns (uint64)."""
+    sign_shift = np.uint64(nbits - 1)
+    mag_mask = (np.uint64(1) << sign_shift) - np.uint64(1)
+    for i in range(a_bits.size):
+        a = a_bits[i]
+        e = e_bits[i]
+        sa = a >> sign_shift
+        se = e >> sign_shift
+        ma = a & mag_mask
+        me = e & mag_mask
+        if sa == se:
+            d = ma - me if ma >= me else me - ma
+        else:
+            d = ma + me  # across zero: both magnitudes; -0 and +0 both have magnitude 0
+        out[i] = np.float64(d)
+
+
+@numba.njit(cache=True, nogil=True)
+def _ordered_kernel(bits: np.ndarray, nbits: int, out: np.ndarray) -> None:
+    sign_shift = np.uint64(nbits - 1)
+    mag_mask = (np.uint64(1) << sign_shift) - np.uint64(1)
+    for i in range(bits.size):
+        b = bits[i]
+        m = np.int64(b & mag_mask)
+        out[i] = -m if (b >> sign_shift) else m
+
+
+def _bits(x: np.ndarray, td: TargetDtype) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=td.np_dtype).view(td.uint_dtype).astype(np.uint64).ravel()
+
+
+def _round_to_target(expected64: np.ndarray, td: TargetDtype) -> np.ndarray:
+    """Round float64 values to the target dtype, clamping finite values to +-max."""
+    e = expected64
+    finite = np.isfinite(e)
+    if td.name != "float64":
+        e = np.where(finite, np.clip(e, -td.max, td.max), e)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return e.astype(td.np_dtype)
+
+
+def ordered_int(x: Any, dtype: Any) -> np.ndarray:
+    """Map values of a target dtype to the ordered integer line (``-0 == +0``).
+
+    Consecutive representable values map to consecutive integers; used for ULP
+    arithmetic. NaN payloads map to meaningless integers: mask them first.
+    """
+    td = target_dtype(dtype)
+    arr = np.asarray(as_array(x))
+    out = np.empty(arr.size, dtype=np.int64)
+    _ordered_kernel(_bits(arr, td), td.bits, out)
+    return out.reshape(arr.shape)
+
+
+def ulp_distance(actual: Any, expected: Any, dtype: Any) -> np.ndarray:
+    """ULP distance between ``actual`` and ``expected`` counted in ``dtype``.
+
+    Parameters
+    ----------
+    actual : array_like
+        Kernel output (any float dtype; rounded to ``dtype`` if not already in it).
+    expected : array_like
+        Reference (float64 or the target dtype); rounded to ``dtype`` with round to
+        nearest even, finite values clamped to the largest finite value.
+    dtype : str or dtype
+        The target dtype in which steps are counted.
+
+    Returns
+    -------
+    numpy.ndarray of float64
+        Number of representable values of ``dtype`` between the two; ``inf`` where
+        exactly one side is non-finite or the infinities differ in sign, ``0`` where both
+        are NaN or the same infinity.
+    """
+    td = target_dtype(dtype)
+    a = as_array(actual, name="actual")
+    e = as_array(expected, name="expected")
+    if a.shape != e.shape:
+        raise ValueError(f"shape mismatch: actual {a.shape} vs expected {e.shape}")
+    a64 = _to_float64(a)
+    e64 = _to_float64(e)
+    with np.errstate(over="ignore", invalid="ignore"):
+        at = a64.astype(td.np_dtype) if a.dtype != td.np_dtype else a
+    et = _round_to_target(e64, td)
+    out = np.empty(a64.size, dtype=np.float64)
+    _ulp_kernel(_bits(at, td), _bits(et, td), td.bits, out)
+    out = out.reshape(a64.shape)
+    _apply_nonfinite(out, a64, e64)
+    return out
+
+
+def _apply_nonfinite(out: np.ndarray, a64: np.ndarray, e64: np.ndarray) -> np.ndarray:
+    """Set the error of non-finite pairs: 0 if both NaN or same infinity, else inf.
+
+    Returns the mask of elements with an infinite error from non-finite values.
+    """
+    a_fin = np.isfinite(a64)
+    e_fin = np.isfinite(e64)
+    if a_fin.all() and e_fin.all():
+        return np.zeros(a64.shape, dtype=bool)
+    both_nan = np.isnan(a64) & np.isnan(e64)
+    same_inf = np.isinf(a64) & np.isinf(e64) & (np.sign(a64) == np.sign(e64))
+    match = both_nan | same_inf
+    bad = ~(a_fin & e_fin) & ~match
+    out[match] = 0.0
+    out[bad] = np.inf
+    return bad
+
+
+# ---------------------------------------------------------------------------
+# all metrics
+# ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ErrorMetrics:
+    """Element-wise errors of one kernel output (all arrays flat, float64).
+
+    Attributes
+    ----------
+    dtype : str
+        Canonical target dtype.
+    shape : tuple of int
+        Shape of the compared arrays.
+    abs : numpy.ndarray
+        ``|actual - expected|``; ``inf`` for non-finite mismatches.
+    signed : numpy.ndarray
+        ``actual - expected``; NaN where that is undefined (NaN actual).
+    rel : numpy.ndarray
+        ``abs / max(|expected|, rel_floor)``.
+    ulp : numpy.ndarray
+        ULP distance in the target dtype.
+    ref_abs : numpy.ndarray
+        ``|expected|`` (NaN where the reference is NaN and ``allow_nan`` was set).
+    nonfinite : numpy.ndarray of bool
+        Elements whose error is infinite because of a NaN/Inf.
+    rel_floor : float
+        Floor used for the relative error.
+    """
+
+    dtype: str
+    shape: tuple[int, ...]
+    abs: np.ndarray
+    signed: np.ndarray
+    rel: np.ndarray
+    ulp: np.ndarray
+    ref_abs: np.ndarray
+    nonfinite: np.ndarray
+    rel_floor: float
+
+    @property
+    def n_elements(self) -> int:
+        """Number of compared elements."""
+        return int(self.abs.size)
+
+    @property
+    def n_nonfinite(self) -> int:
+        """Number of elements with an infinite error from NaN/Inf values."""
+        return int(self.nonfinite.sum())
+
+
+def error_metrics(
+    actual: Any,
+    expected: Any,
+    *,
+    dtype: Any = None,
+    rel_floor: float | None = None,
+    allow_nan: bool = False,
+) -> ErrorMetrics:
+    """Compute element-wise absolute, signed, relative and ULP error.
+
+    Parameters
+    ----------
+    actual : array_like
+        Kernel output, in its low-precision dtype or already upcast. numpy arrays, torch
+        tensors and anything with ``__array__`` / ``__dlpack__`` are accepted.
+    expected : array_like
+        High-precision (float64) reference of the same shape.
+    dtype : str or dtype, optional
+        Target dtype in which ULPs are counted. Defaults to ``actual``'s dtype, which
+        must then be a supported float format.
+    rel_floor : float, optional
+        Floor of ``|expected|`` in the relative error. Default: smallest positive
+        normal number of the target dtype.
+    allow_nan : bool, default False
+        If False, a NaN in ``expected`` raises (the reference is broken). If True,
+        matching NaNs are zero error and a NaN against a number is an infinite error.
+
+    Returns
+    -------
+    ErrorMetrics
+
+    Raises
+    ------
+    TypeError
+        Integer, bool or complex arrays; unconvertible inputs.
+    ValueError
+        Shape mismatch, empty arrays, unknown dtype, NaN in ``expected`` (unless
+        ``allow_nan``), negative or non-finite ``rel_floor``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> m = error_metrics(np.float16([1.0, 2.0]), np.array([1.0, 2.001953125]))
+    >>> m.ulp.tolist()
+    [0.0, 1.0]
+    """
+    a = as_array(actual, name="actual")
+    e = as_array(expected, name="expected")
+    _check_float(a, "actual")
+    _check_float(e, "expected")
+    if a.shape != e.shape:
+        raise ValueError(f"shape mismatch: actual {a.shape} vs expected {e.shape}")
+    if a.size == 0:
+        raise ValueError("empty arrays: nothing to compare")
+    td = target_dtype(a.dtype if dtype is None else dtype)
+    if rel_floor is None:
+        rel_floor = td.tiny
+    if not np.isfinite(rel_floor) or rel_floor < 0:
+        raise ValueError(f"rel_floor must be finite and >= 0, got {rel_floor}")
+
+    a64 = _to_float64(a).ravel()
+    e64 = _to_float64(e).ravel()
+    nan_ref = np.isnan(e64)
+    if nan_ref.any() and not allow_nan:
+        first = int(np.flatnonzero(nan_ref)[0])
+        idx = np.unravel_index(first, e.shape) if e.ndim else ()
+        raise ValueError(
+            f"reference (expected) contains {int(nan_ref.sum())} NaN value(s), first at "
+            f"index {tuple(int(i) for i in idx)}: the reference is broken; pass "
+            "allow_nan=True to treat matching NaNs as equal"
+        )
+    with np.errstate(invalid="ignore", over="ignore"):
+        signed = a64 - e64
+        abs_err = np.abs(signed)
+    nonfinite = _apply_nonfinite(abs_err, a64, e64)
+    # signed error is NaN where undefined (NaN actual or reference), else +-inf kept
+    ref_abs = np.abs(e64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        denom = np.maximum(ref_abs, rel_floor)
+        rel = np.where(abs_err == 0.0, 0.0, abs_err / denom)
+    rel[nonfinite] = np.inf
+    ulp = ulp_distance(a.ravel(), e64, td)
+    return ErrorMetrics(
+        dtype=td.name,
+        shape=tuple(int(s) for s in a.shape),
+        abs=abs_err,
+        signed=signed,
+        rel=rel,
+        ulp=ulp,
+        ref_abs=ref_abs,
+        nonfinite=nonfinite,
+        rel_floor=float(rel_floor),
+    )
