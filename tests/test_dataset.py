@@ -224,3 +224,22 @@ def test_foreign_and_wrong_schema_files(tmp_path, small_ds):
     tolstat.save(small_ds, tmp_path / "x.zarr")
     with pytest.raises(ValueError, match="do not chunk along 'sample'"):
         tio.open_errors(tmp_path / "x.zarr", chunks={"sample": 10})
+
+
+def test_pareto_front_makes_normalised_max_exact():
+    """Any score increasing in |d| and non-increasing in |ref| has its run max in the sample."""
+    rng = np.random.default_rng(11)
+    for trial in range(5):
+        e = rng.standard_normal(20000) * 10.0 ** rng.integers(-3, 3, 20000)
+        a = e.astype(np.float16)
+        ds = tolstat.from_pairs([(a, e)], op="x", dtype="fp16", hardware="h", sample_size=1024,
+                                seed=trial)
+        m = tolstat.error_metrics(a, e)
+        s_abs, s_ref = ds.sample_abs.values[0], ds.sample_ref.values[0]
+        for atol, rtol in [(1e-5, 1e-3), (1e-3, 0.0), (0.0, 1.0), (1e-8, 1e-2), (1.0, 1e-6)]:
+            full = np.max(m.abs / (atol + rtol * m.ref_abs + 1e-300))
+            samp = np.nanmax(s_abs / (atol + rtol * s_ref + 1e-300))
+            assert samp == full
+        assert 1 <= int(ds.n_frontier[0]) <= 512
+        # the non-front part is still a uniform random sample: no duplicates
+        assert len(np.unique(ds.sample_ref.values[0])) > 1000

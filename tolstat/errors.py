@@ -43,6 +43,7 @@ SYSTEM_LABELS = ("op", "dtype", "hardware", "platform", "shape", "seed", "run_in
 RUN_STATS: dict[str, tuple[str, str, str]] = {
     "n_elements": ("int64", "elements compared", "1"),
     "n_nonfinite": ("int64", "elements with non-finite actual where reference is finite", "1"),
+    "n_frontier": ("int64", "elements on the (max |d|, min |expected|) Pareto front", "1"),
     "max_abs": ("float64", "max |actual - expected|", "output units"),
     "max_rel": ("float64", "max |d| / max(|expected|, rel_floor)", "1"),
     "max_ulp": ("float64", "max ULP distance in the target dtype", "ulp"),
@@ -131,6 +132,7 @@ def summarize_run(
         )
     stats = {
         "n_elements": n,
+        "n_frontier": 0,
         "n_nonfinite": nf,
         "max_abs": float(abs_e.max()),
         "max_rel": float(metrics.rel.max()),
@@ -143,13 +145,20 @@ def summarize_run(
     }
     if n <= sample_size:
         idx = np.arange(n)
+        n_front = int(pareto_frontier(abs_e, metrics.ref_abs).size)
     else:
         rng = np.random.default_rng() if rng is None else rng
-        idx = rng.choice(n, size=sample_size, replace=False)
-        top = int(np.argmax(abs_e))
-        if not (idx == top).any():
-            idx[0] = top
-        idx.sort()
+        front = pareto_frontier(abs_e, metrics.ref_abs)
+        n_front = int(front.size)
+        keep = front[: sample_size // 2] if front.size > sample_size // 2 else front
+        if front.size > keep.size:  # pathological: keep the largest-|d| part of the front
+            keep = front[np.argsort(-abs_e[front], kind="stable")[: sample_size // 2]]
+        rest = rng.choice(n - keep.size, size=sample_size - keep.size, replace=False)
+        # map draws from the complement of `keep` back to element indices
+        ks = np.sort(keep)
+        rest = rest + np.searchsorted(ks - np.arange(ks.size), rest, side="right")
+        idx = np.sort(np.concatenate([keep, rest]))
+    stats["n_frontier"] = n_front
     samples = {
         "sample_abs": abs_e[idx],
         "sample_signed": metrics.signed[idx],
@@ -178,6 +187,23 @@ def summarize_run(
         quantiles=np.asarray(q, dtype=np.float64),
         samples=samples,
     )
+
+
+def pareto_frontier(abs_err: np.ndarray, ref_abs: np.ndarray) -> np.ndarray:
+    """Indices of the elements on the (largest |d|, smallest |expected|) Pareto front.
+
+    An element is on the front when no other element has a larger-or-equal error at a
+    smaller-or-equal reference magnitude (ties broken by position). For any score that
+    increases with ``|d|`` and does not increase with ``|expected|`` -- max abs error,
+    relative error, ``|d| / (atol + rtol*|expected|)``, ``|d| / s(K, |expected|)`` -- the
+    run's maximum score is attained on the front. Keeping the front in the element sample
+    therefore makes every such normalised run statistic *exact* from the sample.
+    """
+    r = np.where(np.isnan(ref_abs), np.inf, ref_abs)
+    order = np.lexsort((np.arange(r.size), -abs_err, r))
+    d = abs_err[order]
+    prev = np.maximum.accumulate(np.concatenate([[-np.inf], d[:-1]]))
+    return np.sort(order[d > prev])
 
 
 def _label_value(name: Any, v: Any) -> str:
