@@ -141,13 +141,35 @@ def _bits(x: np.ndarray, td: TargetDtype) -> np.ndarray:
 
 
 def _round_to_target(expected64: np.ndarray, td: TargetDtype) -> np.ndarray:
-    """Round float64 values to the target dtype, clamping finite values to +-max."""
+    """Round float64 values to the target dtype once (nearest even), clamping to +-max.
+
+    numpy rounds float64 -> float16/float32 correctly, but ml_dtypes' float64 ->
+    bfloat16/float8 casts go through float32 and can double-round a value just above a
+    half-way point; for those formats the rounding is done here in float64 with
+    ``frexp``/``rint`` (gradual underflow included) and the cast is then exact.
+    """
     e = expected64
     finite = np.isfinite(e)
-    if td.name != "float64":
-        e = np.where(finite, np.clip(e, -td.max, td.max), e)
+    if td.name == "float64":
+        return e
+    e = np.where(finite, np.clip(e, -td.max, td.max), e)
     with np.errstate(over="ignore", invalid="ignore"):
-        return e.astype(td.np_dtype)
+        if td.name in ("float16", "float32"):
+            return e.astype(td.np_dtype)
+        fi = _finfo_of(td)
+        p = int(fi.nmant) + 1
+        emin = int(np.log2(td.tiny)) + 1  # frexp exponent of the smallest normal
+        _, ex = np.frexp(e)
+        ex = np.maximum(ex, emin)
+        q = np.ldexp(np.rint(np.ldexp(e, p - ex)), ex - p)
+        q = np.where(finite, q, e)
+        return q.astype(td.np_dtype)
+
+
+def _finfo_of(td: TargetDtype) -> Any:
+    import ml_dtypes
+
+    return ml_dtypes.finfo(td.np_dtype)
 
 
 def ordered_int(x: Any, dtype: Any) -> np.ndarray:
