@@ -73,6 +73,53 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from .evaluate import EvalConfig, evaluate, per_bug_table, write_outputs
+
+    cfg = EvalConfig.preset("quick" if args.quick else "default", n_cal=args.n_cal,
+                            n_test=args.n_test, fp_budget=args.fp_budget,
+                            confidence=args.confidence, seed=args.seed,
+                            ops=args.ops.split(",") if args.ops else None)
+    print(f"tolstat evaluate: ops={cfg.ops or 'all'} dtypes={list(cfg.dtypes)} "
+          f"n_cal={cfg.n_cal} n_test={cfg.n_test} fp_budget={cfg.fp_budget:g} "
+          f"confidence={cfg.confidence:g}", flush=True)
+    res = evaluate(cfg, progress=args.progress)
+    n_ctrl = int((res.checks.kind == "control").sum())
+    n_bug = int((res.checks.kind == "bug").sum())
+    print(f"\n{n_ctrl} control checks, {n_bug} buggy checks "
+          f"({int(res.checks.detectable[res.checks.kind == 'bug'].sum())} detectable), "
+          f"{res.calibration.sizes['run']} calibration runs, {res.seconds:.0f} s\n")
+    print(res.table())
+    if args.per_bug:
+        print()
+        print(per_bug_table(res))
+    paths = write_outputs(res, args.output, plots=not args.no_plots)
+    print("\nwrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def _cmd_collect(args: argparse.Namespace) -> int:
+    from . import save
+    from .evaluate import EvalConfig, calibration_dataset
+
+    ops = args.ops.split(",") if args.ops else None
+    cfg = EvalConfig(ops=ops, dtypes=tuple(args.dtypes.split(",")), n_cal=args.cases,
+                     seed=args.seed, quick=args.quick)
+    ds = calibration_dataset(cfg, progress=args.progress)
+    save(ds, args.output)
+    print(summary_table(ds))
+    print(f"wrote {args.output} ({ds.sizes['run']} runs)")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .report import write_report
+
+    path = write_report(args.results)
+    print(f"wrote {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tolstat`` command."""
     p = argparse.ArgumentParser(prog="tolstat", description=__doc__)
@@ -82,6 +129,32 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("-o", "--output", help="save the error dataset (.nc or .zarr)")
     d.set_defaults(func=_cmd_demo)
+    e = sub.add_parser("evaluate", help="the main job: recall and false positives of tolerance "
+                       "methods on the embedded kernel corpus, side by side")
+    e.add_argument("--quick", action="store_true", help="small shapes and fewer checks (about a minute)")
+    e.add_argument("--fp-budget", type=float, default=None, help="false-positive budget per check (default 0.01)")
+    e.add_argument("--confidence", type=float, default=None, help="confidence of thresholds (default 0.95)")
+    e.add_argument("--n-cal", type=int, default=None, help="calibration cases per (op, dtype)")
+    e.add_argument("--n-test", type=int, default=None, help="test cases per (op, dtype)")
+    e.add_argument("--ops", help="comma-separated ops (default: all)")
+    e.add_argument("--seed", type=int, default=None)
+    e.add_argument("-o", "--output", default="tolstat-results", help="output folder")
+    e.add_argument("--per-bug", action="store_true", help="also print recall per bug kind")
+    e.add_argument("--no-plots", action="store_true")
+    e.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    e.set_defaults(func=_cmd_evaluate)
+    c = sub.add_parser("collect", help="collect an error dataset of the corpus's correct kernels")
+    c.add_argument("-o", "--output", required=True, help=".nc or .zarr")
+    c.add_argument("--ops", help="comma-separated ops (default: all)")
+    c.add_argument("--dtypes", default="float16,bfloat16")
+    c.add_argument("--cases", type=int, default=100, help="cases per (op, dtype)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--quick", action="store_true")
+    c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    c.set_defaults(func=_cmd_collect)
+    r = sub.add_parser("report", help="write a Markdown report (tables and plots) of an evaluation")
+    r.add_argument("results", help="folder written by 'tolstat evaluate'")
+    r.set_defaults(func=_cmd_report)
     s = sub.add_parser("summary", help="summarise an error dataset per (op, dtype, hardware)")
     s.add_argument("errors")
     s.set_defaults(func=_cmd_summary)

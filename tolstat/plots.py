@@ -1,0 +1,143 @@
+"""Plots of an evaluation (matplotlib, the ``plot`` extra)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .evaluate import EvalResult
+
+__all__ = ["plot_evaluation", "plot_recall_fp", "plot_error_histograms"]
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ImportError("plots need matplotlib: pip install 'tolstat[plot]'") from exc
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, path: Path) -> Path:
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    os.replace(tmp, path)
+    return path
+
+
+def plot_recall_fp(result: "EvalResult", path: str | os.PathLike[str]) -> Path:
+    """Recall (all and detectable buggy checks) against realised false-positive rate."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    markers = {"static": "s", "study": "^", "tolstat": "o"}
+    for r in result.summary:
+        x = 100 * r["fp_rate"]
+        ax.errorbar([x], [100 * r["recall_detectable"]],
+                    xerr=[[0], [max(0.0, 100 * r["fp_rate_ub95"] - x)]],
+                    marker=markers.get(r["family"], "o"), ms=8, capsize=3, label=r["method"])
+        ax.scatter([x], [100 * r["recall"]], marker=markers.get(r["family"], "o"),
+                   facecolors="none", edgecolors="grey", s=50)
+        if r["budget"] is not None:
+            ax.axvline(100 * r["budget"], color="grey", ls=":", lw=1)
+    ax.set_xlabel("false positives on held-out correct controls (%)  [bar: 95% upper bound]")
+    ax.set_ylabel("recall on detectable buggy checks (%)  [hollow: all buggy]")
+    ax.set_title("Recall vs false-positive rate (dotted: tolstat budgets)")
+    ax.set_xscale("symlog", linthresh=0.1)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    out = _save(fig, Path(path))
+    plt.close(fig)
+    return out
+
+
+def plot_error_histograms(result: "EvalResult", path: str | os.PathLike[str], dtype: str = "float16") -> Path:
+    """Per op: histogram of calibration run max_abs, the fitted tail, and thresholds."""
+    plt = _pyplot()
+    cal = result.calibration
+    ops = sorted(set(cal.op.values.tolist()))
+    ncol = 4
+    nrow = -(-len(ops) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 2.8 * nrow), squeeze=False)
+    for ax, op in zip(axes.ravel(), ops):
+        sel = (cal.op.values == op) & (cal.dtype.values == dtype)
+        v = cal.max_abs.values[sel]
+        v = v[np.isfinite(v) & (v > 0)]
+        if v.size == 0:
+            ax.set_title(f"{op} ({dtype}): no data")
+            continue
+        bins = np.logspace(np.log10(v.min()) - 0.1, np.log10(v.max()) + 0.6, 40)
+        ax.hist(v, bins=bins, density=False, alpha=0.6, color="C0", label="calibration runs")
+        for m in result.methods:
+            thr = getattr(m, "threshold_for", None)
+            t = thr(op, dtype) if thr is not None else None
+            if t is not None and np.isfinite(t) and t > 0:
+                ax.axvline(t, ls="--", lw=1.2, label=f"{m.name}", color=_colour(m.name))
+        tail = _gpd_tail_counts(v, bins)
+        if tail is not None:
+            ax.stairs(tail[1], tail[0], color="k", lw=1.2, label="GPD tail fit (top 20%)")
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(plt.NullFormatter())
+        ax.set_title(f"{op} ({dtype})", fontsize=9)
+        ax.tick_params(labelsize=7)
+    for ax in axes.ravel()[len(ops):]:
+        ax.axis("off")
+    handles, labels = axes.ravel()[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower right", fontsize=8)
+    fig.suptitle(f"Run max |error| of correct kernels ({dtype}) with thresholds", fontsize=11)
+    fig.tight_layout()
+    out = _save(fig, Path(path))
+    plt.close(fig)
+    return out
+
+
+def _colour(name: str) -> str:
+    return f"C{1 + (sum(map(ord, name)) % 8)}"
+
+
+def _gpd_tail_counts(v: np.ndarray, bins: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Expected counts per histogram bin of a GPD fitted to the top 20% of ``v``."""
+    if v.size < 40:
+        return None
+    from scipy import stats
+
+    from .estimators import evt
+
+    u = float(np.quantile(v, 0.8))
+    exc = v[v > u] - u
+    if exc.size < 10 or np.ptp(exc) == 0:
+        return None
+    try:
+        xi, sigma = _fit_gpd(evt, exc)
+    except Exception:  # fall back to scipy's generic fit
+        xi, _, sigma = stats.genpareto.fit(exc, floc=0)
+    edges = bins[bins >= u]
+    if edges.size < 2:
+        return None
+    edges = np.concatenate([[u], edges]) if edges[0] > u else edges
+    sf = stats.genpareto.sf(edges - u, xi, scale=sigma)
+    return edges, exc.size * (sf[:-1] - sf[1:])
+
+
+def _fit_gpd(evt: Any, exc: np.ndarray) -> tuple[float, float]:
+    res = evt.gpd_fit_mle(exc)
+    if isinstance(res, dict):
+        return float(res["xi"]), float(res["sigma"])
+    if hasattr(res, "xi"):
+        return float(res.xi), float(res.sigma)
+    return float(res[0]), float(res[1])
+
+
+def plot_evaluation(result: "EvalResult", out_dir: str | os.PathLike[str]) -> list[Path]:
+    """Write ``recall_fp.png`` and ``errors_<dtype>.png`` for each dtype into ``out_dir``."""
+    out = Path(out_dir)
+    paths = [plot_recall_fp(result, out / "recall_fp.png")]
+    for dt in result.config.dtypes:
+        paths.append(plot_error_histograms(result, out / f"errors_{dt}.png", dtype=dt))
+    return paths
