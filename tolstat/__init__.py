@@ -10,6 +10,7 @@ from ._dtypes import SUPPORTED_DTYPES, canonical_dtype
 from ._version import __version__
 from .collect import Inputs, collect, from_pairs, hardware_fingerprint
 from .errors import concat, indexed, validate
+from .estimators import fit
 from .io import open_errors, save
 from .metrics import ErrorMetrics, error_metrics, ulp_distance
 
@@ -29,4 +30,5 @@ __all__ = [
     "indexed",
     "save",
     "open_errors",
+    "fit",
 ]

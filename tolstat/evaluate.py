@@ -349,9 +349,16 @@ def evaluate(
     -------
     EvalResult
     """
+    from threadpoolctl import threadpool_limits
+
+    # the corpus's arrays are small: multi-threaded BLAS only adds contention
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _evaluate(config or EvalConfig(), methods, progress)
+
+
+def _evaluate(cfg: EvalConfig, methods: Sequence[Method] | None, progress: bool | None) -> EvalResult:
     from . import corpus
 
-    cfg = config or EvalConfig()
     t0 = time.perf_counter()
     ops = cfg.ops or sorted(corpus.OPS)
     unknown = sorted(set(ops) - set(corpus.OPS))

@@ -1,0 +1,83 @@
+"""End-to-end evaluation on a tiny configuration, and the CLI around it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import tolstat
+from tolstat.cli import main
+from tolstat.evaluate import AllClose, EvalConfig, StudyRule, evaluate, write_outputs
+
+
+@pytest.fixture(scope="module")
+def tiny_result():
+    cfg = EvalConfig.preset("tiny", ops=["softmax", "matmul", "gelu"])
+    return evaluate(cfg, progress=False)
+
+
+def test_evaluate_end_to_end(tiny_result, tmp_path):
+    r = tiny_result
+    kinds = set(r.checks.kind.values.tolist())
+    assert kinds == {"control", "bug"}
+    assert set(r.checks.op.values.tolist()) == {"softmax", "matmul", "gelu"}
+    names = [m.name for m in r.methods]
+    assert {"torch defaults", "atol=rtol=1e-2", "study p95x1.5"} <= set(names)
+    tolstat.validate(r.calibration)
+    for row in r.summary:
+        assert row["n_control"] == int((r.checks.kind == "control").sum())
+        assert 0 <= row["recall"] <= 1 and 0 <= row["fp_rate"] <= 1
+        assert row["fp_rate_ub95"] >= row["fp_rate"]
+    # gross bugs are caught by a static rule somewhere
+    gross = [b for b in r.per_bug if b["category"] == "gross"]
+    assert any(b["torch defaults"] > 0 for b in gross)
+    paths = write_outputs(r, tmp_path, plots=True)
+    names_written = {p.name for p in paths}
+    assert {"results.json", "checks.nc", "calibration.nc", "recall_fp.png"} <= names_written
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert doc["counts"]["buggy"] == int((r.checks.kind == "bug").sum())
+    assert "table" not in doc and len(doc["summary"]) == len(r.methods)
+    assert "method" in r.table() and "recall" in r.table()
+
+
+def test_scores_match_rules(tiny_result):
+    """Recompute the static and study flags by hand from the stored calibration data."""
+    r = tiny_result
+    study = next(m for m in r.methods if isinstance(m, StudyRule))
+    cal = r.calibration
+    sel = (cal.op == "gelu") & (cal.dtype == "float16")
+    want = 1.5 * np.percentile(cal.max_abs.values[sel.values], 95)
+    assert study.atol[("gelu", "float16")] == pytest.approx(want)
+    torch_m = next(m for m in r.methods if isinstance(m, AllClose) and m.name == "torch defaults")
+    m = tolstat.error_metrics(np.float16([1.0, 2.0]), np.array([1.0005, 2.0]))
+    # |d| = 5e-4 vs atol + rtol*|ref| = 1e-5 + 1e-3*1.0005
+    assert torch_m.score(m, op="x", dtype="float16", actual=None, expected=None, covariates={}) == \
+        pytest.approx(5e-4 / (1e-5 + 1e-3 * 1.0005))
+
+
+def test_detectable_flag_is_consistent(tiny_result):
+    c = tiny_result.checks
+    # controls are detectable=True by convention, bugs vary
+    assert c.detectable.values[(c.kind == "control").values].all()
+
+
+def test_unknown_op_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown op"):
+        evaluate(EvalConfig.preset("tiny", ops=["nope"]), progress=False)
+    with pytest.raises(ValueError, match="unknown preset"):
+        EvalConfig.preset("huge")
+
+
+def test_cli_evaluate_and_report(tmp_path, capsys):
+    out = tmp_path / "res"
+    rc = main(["evaluate", "--quick", "--n-cal", "20", "--n-test", "1", "--ops", "silu,mean",
+               "--fp-budget", "0.1", "-o", str(out), "--no-plots", "--no-progress"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "control checks" in text and "torch defaults" in text
+    assert main(["report", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "| method |" in md and "silu" in md
+    assert main(["report", str(tmp_path)]) == 2
