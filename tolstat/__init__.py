@@ -13,6 +13,9 @@ from .errors import concat, indexed, validate
 from .estimators import fit
 from .io import open_errors, save
 from .metrics import ErrorMetrics, error_metrics, ulp_distance
+from . import stream, tail
+from .stream import collect_to_store, open_store
+from .tail import group_topk
 
 __all__ = [
     "__version__",
@@ -30,5 +33,10 @@ __all__ = [
     "indexed",
     "save",
     "open_errors",
+    "stream",
+    "tail",
+    "collect_to_store",
+    "open_store",
+    "group_topk",
     "fit",
 ]

@@ -121,6 +121,8 @@ def collect(
     rel_floor: float | None = None,
     allow_nan: bool = False,
     progress: bool | None = None,
+    store: str | os.PathLike[str] | None = None,
+    chunks: Any = None,
 ) -> xr.Dataset:
     """Run a kernel and its float64 reference on generated inputs; return the errors.
 
@@ -153,6 +155,13 @@ def collect(
         See :func:`tolstat.error_metrics`.
     progress : bool, optional
         Show a progress bar; default: only when writing to a terminal.
+    store : str or path-like, optional
+        Stream the runs to this zarr store (``.zarr``) instead of keeping them in memory;
+        the collection is resumable: re-running with the same arguments continues after
+        the last completed run (see :func:`tolstat.stream.collect_to_store`).
+    chunks : dict, "auto" or None
+        With ``store``: how to open the finished store (``None`` loads it into memory,
+        ``{"run": N}`` returns a dask-backed dataset).
 
     Returns
     -------
@@ -165,6 +174,14 @@ def collect(
         ``runs < 1``, unknown dtype, or any error of :func:`tolstat.error_metrics`
         (reported with the run index).
     """
+    if store is not None:
+        from .stream import collect_to_store  # stream imports this module
+
+        return collect_to_store(kernel, reference, make_inputs, op=op, dtype=dtype, runs=runs,
+                                store=store, hardware=hardware, seed=seed, labels=labels,
+                                covariates=covariates, sample_size=sample_size,
+                                rel_floor=rel_floor, allow_nan=allow_nan, progress=progress,
+                                chunks=chunks)
     if not isinstance(runs, (int, np.integer)) or runs < 1:
         raise ValueError(f"runs must be a positive integer, got {runs!r}")
     for nm, f in (("kernel", kernel), ("reference", reference), ("make_inputs", make_inputs)):

@@ -1,0 +1,244 @@
+"""Streaming, resumable collection into a zarr store: equality with collect, kill and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import tolstat
+from tolstat import stream
+
+KERNELS = textwrap.dedent(
+    '''
+    import numpy as np
+    import tolstat
+
+    def kernel(a, b):
+        return (a.astype(np.float16) @ b.astype(np.float16)).astype(np.float16)
+
+    def reference(a, b):
+        return a.astype(np.float16).astype(np.float64) @ b.astype(np.float16).astype(np.float64)
+
+    def make(rng):
+        k = int(rng.choice([8, 33, 128]))
+        return tolstat.Inputs(
+            args=(rng.standard_normal((4, k)), rng.standard_normal((k, 6))),
+            labels={"dist": "normal" if k < 100 else "normal-wide"},  # labels of varying length
+            covariates={"K": k},
+        )
+
+    KW = dict(op="matmul", dtype="fp16", runs=11, hardware="test-cpu", seed=5, sample_size=64)
+    '''
+)
+
+CHILD = textwrap.dedent(
+    '''
+    import os, signal, sys
+    sys.path.insert(0, sys.argv[1])
+    import kernels
+    from tolstat import stream
+
+    store, mode, at = sys.argv[2], sys.argv[3], int(sys.argv[4])
+    calls = []
+
+    def make(rng):
+        calls.append(1)
+        return kernels.make(rng)
+    make.__qualname__ = "make"
+
+    def kernel(a, b):
+        if mode == "kill_kernel" and len(calls) == at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return kernels.kernel(a, b)
+    kernel.__qualname__ = "kernel"
+
+    if mode == "kill_write":  # die in the middle of writing a run's arrays
+        import zarr
+        orig = zarr.Array.__setitem__
+        count = [0]
+        def setitem(self, key, value):
+            count[0] += 1
+            if count[0] == at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return orig(self, key, value)
+        zarr.Array.__setitem__ = setitem
+
+    stream.collect_to_store(kernel, kernels.reference, make, store=store, chunk_runs=2,
+                            progress=False, **kernels.KW)
+    print("CALLS", len(calls))
+    '''
+)
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    d = tmp_path_factory.mktemp("kernels")
+    (d / "kernels.py").write_text(KERNELS)
+    (d / "child.py").write_text(CHILD)
+    sys.path.insert(0, str(d))
+    import kernels as mod  # noqa: PLC0415
+
+    yield d, mod
+    sys.path.remove(str(d))
+    sys.modules.pop("kernels", None)
+
+
+@pytest.fixture(scope="module")
+def expected(kernels):
+    _, k = kernels
+    return tolstat.collect(k.kernel, k.reference, k.make, **k.KW)
+
+
+def _same(a: xr.Dataset, b: xr.Dataset) -> None:
+    a = a.copy()
+    b = b.copy()
+    a.attrs.pop("provenance")
+    b.attrs.pop("provenance")
+    xr.testing.assert_identical(a, b)
+
+
+def _child(kdir: Path, store: Path, mode: str, at: int) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(tolstat.__file__).parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run([sys.executable, str(kdir / "child.py"), str(kdir), str(store), mode, str(at)],
+                          capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_store_equals_collect(kernels, expected, tmp_path):
+    _, k = kernels
+    ds = stream.collect_to_store(k.kernel, k.reference, k.make, store=tmp_path / "r.zarr",
+                                 chunk_runs=3, **k.KW)
+    tolstat.validate(ds)
+    _same(expected, ds)
+    # the finished store is an ordinary error dataset
+    _same(expected, tolstat.open_errors(tmp_path / "r.zarr"))
+    lazy = tolstat.open_errors(tmp_path / "r.zarr", chunks={"run": 4})
+    _same(expected, lazy.load())
+    prov = json.loads(ds.attrs["provenance"])
+    assert prov[0]["created_by"] == "tolstat.collect" and prov[0]["streamed"] is True
+    # a second call finds it complete: nothing is measured again
+    calls = []
+
+    def make(rng):
+        calls.append(1)
+        return k.make(rng)
+
+    make.__qualname__ = "make"
+    again = stream.collect_to_store(k.kernel, k.reference, make, store=tmp_path / "r.zarr",
+                                    chunk_runs=3, **k.KW)
+    assert calls == []
+    _same(expected, again)
+
+
+def test_small_runs_and_sample_padding(tmp_path):
+    kw = dict(op="add", dtype="float32", runs=5, hardware="h", seed=0, sample_size=4096)
+
+    def kern(a):
+        return (a.astype(np.float32) + np.float32(1)).astype(np.float32)
+
+    def ref(a):
+        return a.astype(np.float32).astype(np.float64) + 1
+
+    def mk(rng):
+        return (rng.standard_normal(int(rng.integers(3, 40))),)
+
+    a = tolstat.collect(kern, ref, mk, **kw)
+    b = stream.collect_to_store(kern, ref, mk, store=tmp_path / "s.zarr", **kw)
+    assert b.sizes["sample"] == a.sizes["sample"] < 4096
+    _same(a, b)
+
+
+@pytest.mark.parametrize("mode,at", [("kill_kernel", 1), ("kill_kernel", 6), ("kill_write", 40),
+                                     ("kill_write", 3)])
+def test_kill_and_resume(kernels, expected, tmp_path, mode, at):
+    kdir, k = kernels
+    store = tmp_path / "k.zarr"
+    res = _child(kdir, store, mode, at)
+    assert res.returncode == -9, res.stderr  # SIGKILL
+    if store.exists():
+        prog = stream.store_progress(store)
+        assert not prog["complete"]
+        done_before = len(prog["done"])
+        assert done_before < k.KW["runs"]
+        with pytest.raises(ValueError, match="unfinished"):
+            stream.open_store(store)
+        if done_before:
+            part = stream.open_store(store, partial=True)
+            np.testing.assert_array_equal(part.run_index.values, prog["done"])
+            _same(expected.isel(run=prog["done"], sample=slice(0, part.sizes["sample"])), part)
+    else:  # killed before the store was created (run 0 in flight)
+        done_before = 0
+    res = _child(kdir, store, "none", 0)
+    assert res.returncode == 0, res.stderr
+    # only the missing runs were measured again (nothing duplicated)
+    assert f"CALLS {k.KW['runs'] - done_before}" in res.stdout
+    ds = tolstat.open_errors(store)
+    np.testing.assert_array_equal(ds.run_index.values, np.arange(k.KW["runs"]))
+    _same(expected, ds)
+
+
+def test_refuses_different_arguments(kernels, tmp_path):
+    _, k = kernels
+    store = tmp_path / "d.zarr"
+    stream.collect_to_store(k.kernel, k.reference, k.make, store=store, **dict(k.KW, runs=2))
+    with pytest.raises(ValueError, match=r"different arguments.*seed: store has 5, call has 6"):
+        stream.collect_to_store(k.kernel, k.reference, k.make, store=store, **dict(k.KW, runs=2, seed=6))
+    with pytest.raises(ValueError, match="runs: store has 2"):
+        stream.collect_to_store(k.kernel, k.reference, k.make, store=store, **k.KW)
+    with pytest.raises(ValueError, match="kernel"):
+        stream.collect_to_store(k.reference, k.reference, k.make, store=store, **dict(k.KW, runs=2))
+    ds = stream.collect_to_store(k.kernel, k.reference, k.make, store=store, overwrite=True,
+                                 **dict(k.KW, runs=3, seed=6))
+    assert ds.sizes["run"] == 3 and (ds.seed == 6).all()
+
+
+def test_foreign_store_and_bad_path(kernels, tmp_path):
+    _, k = kernels
+    ds = tolstat.collect(k.kernel, k.reference, k.make, **dict(k.KW, runs=2))
+    tolstat.save(ds, tmp_path / "plain.zarr")
+    with pytest.raises(ValueError, match="not a tolstat streaming store"):
+        stream.collect_to_store(k.kernel, k.reference, k.make, store=tmp_path / "plain.zarr", **k.KW)
+    with pytest.raises(ValueError, match="ending in '.zarr'"):
+        stream.collect_to_store(k.kernel, k.reference, k.make, store=tmp_path / "x.nc", **k.KW)
+
+
+def test_torn_log_line_is_ignored(kernels, expected, tmp_path):
+    _, k = kernels
+    store = tmp_path / "t.zarr"
+    kw = dict(k.KW)
+
+    def boom_make(rng):
+        if boom_make.n == 4:
+            raise RuntimeError("boom")
+        boom_make.n += 1
+        return k.make(rng)
+
+    boom_make.n = 0
+    boom_make.__qualname__ = "make"
+    with pytest.raises(RuntimeError, match="boom"):
+        stream.collect_to_store(k.kernel, k.reference, boom_make, store=store, **kw)
+    assert stream.store_progress(store)["done"] == [0, 1, 2, 3]
+    with open(store / stream.SIDE / stream.LOG, "ab") as fh:  # a crash mid-append
+        fh.write(b'{"i": 4, "lab')
+    assert stream.store_progress(store)["done"] == [0, 1, 2, 3]
+    ds = stream.collect_to_store(k.kernel, k.reference, k.make, store=store, **kw)
+    _same(expected, ds)
+
+
+def test_topk_on_streamed_store(kernels, expected, tmp_path):
+    from tolstat import tail
+
+    _, k = kernels
+    store = tmp_path / "z.zarr"
+    stream.collect_to_store(k.kernel, k.reference, k.make, store=store, chunk_runs=2, **k.KW)
+    lazy = tolstat.open_errors(store, chunks={"run": 3})
+    xr.testing.assert_identical(tail.group_topk(expected, "sample_ulp", 50),
+                                tail.group_topk(lazy, "sample_ulp", 50))

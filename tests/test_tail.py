@@ -1,0 +1,195 @@
+"""Exact group top-k on in-memory and dask-backed data; upper quantiles and order-statistic bounds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+from hypothesis import given, settings, strategies as st
+from scipy import stats
+
+import tolstat
+from tolstat import tail
+
+dask = pytest.importorskip("dask")
+
+
+def _table(nrun: int = 37, nsample: int = 11, seed: int = 0, dtype=np.float64) -> xr.Dataset:
+    """A small error table: 3 ops x 2 dtypes, unsorted runs, NaN padding, ties, inf, -0."""
+    rng = np.random.default_rng(seed)
+    ops = rng.choice(["matmul", "softmax", "conv"], nrun)
+    dts = rng.choice(["float16", "float32"], nrun)
+    s = np.round(rng.exponential(1.0, (nrun, nsample)), 1).astype(dtype)  # rounding -> ties
+    ns = rng.integers(1, nsample + 1, nrun)
+    s[np.arange(nsample)[None, :] >= ns[:, None]] = np.nan
+    s[rng.random(s.shape) < 0.01] = np.inf
+    s[0, 0] = -0.0
+    mx = np.nanmax(s, axis=1)
+    return xr.Dataset(
+        {"sample_abs": (("run", "sample"), s), "max_abs": ("run", mx.astype(np.float64)),
+         "n_sample": ("run", ns)},
+        coords={"op": ("run", ops), "dtype": ("run", dts),
+                "hardware": ("run", np.array(["cpu:x"] * nrun))},
+    )
+
+
+def _full_groups(ds, statistic, by=tolstat.errors.GROUP_DIMS):
+    """Reference: every group's non-NaN values, by brute force."""
+    v = ds[statistic].values.reshape(ds.sizes["run"], -1)
+    keys = list(zip(*(ds[b].values for b in by)))
+    out: dict = {}
+    for i, key in enumerate(keys):
+        x = v[i][~np.isnan(v[i])]
+        out.setdefault(key, []).append(x)
+    return {key: np.concatenate(x) for key, x in out.items()}
+
+
+CHUNKINGS = [1, 2, 5, 7, 16, 37, (3, 10, 1, 20, 3)]
+
+
+@pytest.mark.parametrize("statistic", ["sample_abs", "max_abs"])
+@pytest.mark.parametrize("k", [1, 4, 500])
+def test_topk_matches_brute_force(statistic, k):
+    ds = _table()
+    top = tail.group_topk(ds, statistic, k)
+    assert top.dims == ("op", "dtype", "hardware", "rank")
+    full = _full_groups(ds, statistic)
+    for (op, dt, hw), x in full.items():
+        t = top.sel(op=op, dtype=dt, hardware=hw)
+        assert int(t.n) == x.size
+        expect = np.sort(x)[::-1][:k]
+        got = t.values[: min(k, x.size)]
+        np.testing.assert_array_equal(got, expect)
+        assert np.isnan(t.values[min(k, x.size):]).all()
+
+
+@pytest.mark.parametrize("chunks", CHUNKINGS)
+@pytest.mark.parametrize("statistic", ["sample_abs", "max_abs"])
+def test_dask_equals_memory(chunks, statistic):
+    ds = _table()
+    mem = tail.group_topk(ds, statistic, 6)
+    lazy = ds.chunk({"run": chunks})
+    assert lazy[statistic].chunks is not None
+    got = tail.group_topk(lazy, statistic, 6, split_every=2)
+    xr.testing.assert_identical(mem, got)
+    # bit-for-bit, including the sign of zeros
+    assert mem.values.tobytes() == got.values.tobytes()
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), nrun=st.integers(1, 40), chunk=st.integers(1, 40),
+       k=st.integers(1, 30))
+def test_dask_equals_memory_hypothesis(seed, nrun, chunk, k):
+    ds = _table(nrun=nrun, nsample=5, seed=seed)
+    mem = tail.group_topk(ds, "sample_abs", k)
+    got = tail.group_topk(ds.chunk({"run": chunk}), "sample_abs", k, split_every=3)
+    assert mem.values.tobytes() == got.values.tobytes()
+    np.testing.assert_array_equal(mem.n.values, got.n.values)
+
+
+def test_topk_from_zarr_store(tmp_path):
+    ds = tolstat.collect(
+        lambda a: (a.astype(np.float16) * np.float16(3)).astype(np.float16),
+        lambda a: a.astype(np.float16).astype(np.float64) * 3,
+        lambda rng: (rng.standard_normal(50),), op="scale", dtype="float16", runs=9,
+        hardware="t", seed=1, sample_size=16)
+    path = tolstat.save(ds, tmp_path / "e.zarr")
+    lazy = tolstat.open_errors(path, chunks={"run": 2})
+    for stat in ("sample_abs", "sample_ulp", "max_abs"):
+        a = tail.group_topk(ds, stat, 20)
+        b = tail.group_topk(lazy, stat, 20)
+        xr.testing.assert_identical(a, b)
+
+
+def test_absent_combinations_and_by():
+    ds = _table()
+    ds["op"] = ("run", np.where(ds.dtype.values == "float16", "matmul", "conv"))
+    top = tail.group_topk(ds, "max_abs", 3)
+    assert int(top.n.sel(op="matmul", dtype="float32", hardware="cpu:x")) == 0
+    assert np.isnan(top.sel(op="matmul", dtype="float32").values).all()
+    one = tail.group_topk(ds, "max_abs", 3, by=["dtype"])
+    assert one.dims == ("dtype", "rank")
+    assert int(one.n.sum()) == ds.sizes["run"]
+
+
+def test_errors():
+    ds = _table()
+    with pytest.raises(ValueError, match="k must be"):
+        tail.group_topk(ds, "max_abs", 0)
+    with pytest.raises(ValueError, match="not in the dataset"):
+        tail.group_topk(ds, "max_abs", 2, by=["nope"])
+    with pytest.raises(ValueError, match="'run'"):
+        tail.group_topk(ds.assign(q=("x", [1.0])), "q", 2)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("method", ["linear", "higher"])
+def test_upper_quantile_bit_for_bit(dtype, method):
+    rng = np.random.default_rng(1)
+    for n in [1, 2, 3, 10, 101, 1000, 4097]:
+        x = rng.lognormal(0, 2, n).astype(dtype)
+        x[rng.random(n) < 0.1] = x[0]  # ties
+        k = max(1, n // 7)
+        top = np.sort(x)[::-1][:k]
+        for p in [1.0, 0.999, 0.99, 1 - k / n, 1 - (k - 1) / n, 0.95, 0.9]:
+            lo = np.floor((n - 1) * p) if method == "linear" else np.ceil((n - 1) * p)
+            if n - lo > k:  # the order statistics np.quantile uses are not all in the top-k
+                with pytest.raises(ValueError, match="k >="):
+                    tail.upper_quantile(top, n, p, method=method)
+                continue
+            for pp in (p, np.float64(p)):  # python float and numpy scalar promote differently
+                want = np.quantile(x, pp, method=method)
+                got = tail.upper_quantile(top, n, pp, method=method)
+                assert got.dtype == np.asarray(want).dtype, (n, pp)
+                assert got.tobytes() == np.asarray(want).tobytes(), (n, pp, got, want)
+
+
+def test_upper_quantile_grouped_and_dask():
+    ds = _table(nrun=60, nsample=30)
+    k = 40
+    top = tail.group_topk(ds.chunk({"run": 7}), "sample_abs", k)
+    full = _full_groups(ds, "sample_abs")
+    q = tail.upper_quantile(top, p=0.9, method="higher")
+    ql = tail.upper_quantile(top, p=0.95)
+    for (op, dt, hw), x in full.items():
+        assert float(q.sel(op=op, dtype=dt, hardware=hw)) == np.quantile(x, 0.9, method="higher")
+        want = np.quantile(x, 0.95)
+        got = float(ql.sel(op=op, dtype=dt, hardware=hw))
+        assert got == want or (np.isnan(got) and np.isnan(want))
+
+
+def test_order_statistic_bound_exact():
+    rng = np.random.default_rng(2)
+    x = rng.exponential(1.0, 5000)
+    top = np.sort(x)[::-1][:200]
+    for p, g in [(0.99, 0.95), (0.999, 0.9), (0.98, 0.99)]:
+        r = int(tail.order_statistic_rank(x.size, p, g))
+        assert stats.binom.cdf(r - 1, x.size, p) >= g > stats.binom.cdf(r - 2, x.size, p)
+        assert float(tail.order_statistic_bound(top, x.size, p, g)) == np.sort(x)[r - 1]
+    # the sample maximum at the minimum n
+    nmin = tail.min_runs_for_bound(0.95, 0.95)
+    assert nmin == 59
+    assert float(tail.order_statistic_bound(np.array([3.0, 2.0]), nmin, 0.95, 0.95)) == 3.0
+
+
+def test_order_statistic_bound_errors_and_groups():
+    with pytest.raises(ValueError, match="need n >= 59"):
+        tail.order_statistic_bound(np.array([3.0, 2.0]), 58, 0.95, 0.95)
+    with pytest.raises(ValueError, match="k >= "):
+        tail.order_statistic_bound(np.array([3.0, 2.0]), 5000, 0.99, 0.95)
+    ds = _table(nrun=400, nsample=30)
+    top = tail.group_topk(ds, "sample_abs", 100)
+    b = tail.order_statistic_bound(top, p=0.99, confidence=0.9)
+    assert set(b.coords) >= {"n", "order_rank", "op", "dtype", "hardware"}
+    full = _full_groups(ds, "sample_abs")
+    for (op, dt, hw), x in full.items():
+        sel = b.sel(op=op, dtype=dt, hardware=hw)
+        assert float(sel) == np.sort(x)[int(sel.order_rank) - 1]
+
+
+def test_rank_agrees_with_estimators():
+    orderstat = pytest.importorskip("tolstat.estimators.orderstat")
+    n = np.array([59, 100, 1000, 12345])
+    for p, g in [(0.95, 0.95), (0.9, 0.99)]:
+        np.testing.assert_array_equal(tail.order_statistic_rank(n, p, g),
+                                      orderstat.order_statistic_rank(n, p, g))

@@ -1,0 +1,452 @@
+"""Streaming, resumable collection into a zarr store (for collections too large for memory).
+
+:func:`collect_to_store` does what :func:`tolstat.collect` does, but writes every run to a
+zarr store (``zarr_format=2``) as soon as it is measured, so memory stays bounded and a
+crash loses at most the run in flight: re-running with the same arguments continues where
+the collection stopped, without duplicating runs (a run is identified by
+``(op, dtype, seed, run_index)``; run ``i`` always uses ``default_rng([seed, i])``).
+
+Store layout
+------------
+The store is an ordinary error dataset (``docs/schema.md``) pre-allocated for ``runs`` runs
+(the ``sample`` dimension padded to ``sample_size``), written run by run into its region.
+Every zarr chunk write is atomic (write to a temporary file, rename), so a killed process
+never leaves a torn chunk. Next to the arrays, the zarr sub-group ``tolstat_stream`` holds
+the collection's arguments (attribute ``manifest``) and ``done.log``: one JSON line per
+completed run with its string labels, appended (and fsync'ed) only after all of the run's
+arrays are written. A run is done exactly when its line is in the log. When all runs are
+done the store is *finalized*: string labels are written from the log, the ``sample``
+dimension is trimmed as :func:`tolstat.errors.build_dataset` trims it, provenance is set
+and the metadata consolidated; the result opens with :func:`tolstat.open_errors` and
+equals ``tolstat.collect(...)`` with the same arguments except for provenance.
+
+A lock file ``.<store name>.lock`` next to the store keeps two processes from writing the
+same store. Durability is against process crashes (SIGKILL, OOM, exceptions); chunk data
+are not fsync'ed, so after a power loss the log may be ahead of the data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import fcntl
+import json
+import os
+import shutil
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import numpy as np
+import xarray as xr
+from tqdm.auto import tqdm
+
+from ._dtypes import canonical_dtype
+from ._version import __version__
+from .collect import _as_inputs, _merged, _name, _provenance, _record, hardware_fingerprint
+from .errors import DEFAULT_SAMPLE_SIZE, RUN_STATS, SAMPLE_VARS, RunRecord, build_dataset, _label_value
+from .io import open_errors
+
+__all__ = ["collect_to_store", "open_store", "store_progress", "StoreProgress"]
+
+SIDE = "tolstat_stream"
+LOG = "done.log"
+MANIFEST_VERSION = 1
+#: manifest keys that must match for a resume
+IDENTITY = ("op", "dtype", "seed", "runs", "hardware", "labels", "covariates", "sample_size",
+            "rel_floor", "allow_nan", "kernel", "reference", "make_inputs")
+STRING_LABELS = ("op", "dtype", "hardware", "platform", "shape")
+
+
+class StoreProgress(dict):
+    """State of a streaming store: ``runs``, ``done`` (sorted run indices), ``complete``."""
+
+
+def _manifest(*, op: str, dtype: str, seed: int, runs: int, hardware: str,
+              labels: Mapping[str, Any] | None, covariates: Mapping[str, float] | None,
+              sample_size: int, rel_floor: float | None, allow_nan: bool,
+              kernel: Any, reference: Any, make_inputs: Any, chunk_runs: int) -> dict[str, Any]:
+    return {
+        "version": MANIFEST_VERSION,
+        "op": str(op), "dtype": dtype, "seed": int(seed), "runs": int(runs),
+        "hardware": hardware,
+        "labels": {str(k): _label_value(k, v) for k, v in (labels or {}).items()},
+        "covariates": {str(k): float(v) for k, v in (covariates or {}).items()},
+        "sample_size": int(sample_size),
+        "rel_floor": None if rel_floor is None else float(rel_floor),
+        "allow_nan": bool(allow_nan),
+        "kernel": _name(kernel), "reference": _name(reference), "make_inputs": _name(make_inputs),
+        "chunk_runs": int(chunk_runs),
+        "complete": False,
+    }
+
+
+@contextlib.contextmanager
+def _locked(store: Path) -> Iterator[None]:
+    lock = store.with_name(f".{store.name}.lock")
+    with open(lock, "a+") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(
+                f"{os.fspath(store)!r} is being written by another process (lock {os.fspath(lock)!r})"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _zarr_group(path: Path, mode: str = "r+") -> Any:
+    import zarr
+
+    with zarr.config.set({"array.write_empty_chunks": True}):
+        return zarr.open_group(str(path), mode=mode, zarr_format=2)
+
+
+def _arrays(group: Any) -> dict[str, Any]:
+    """The group's arrays, configured to write every chunk (also all-fill-value ones), so
+    that :func:`tolstat.open_errors` finds no missing chunk."""
+    return {name: arr.with_config({"write_empty_chunks": True}) for name, arr in group.arrays()}
+
+
+def _read_manifest(store: Path) -> dict[str, Any]:
+    try:
+        g = _zarr_group(store / SIDE, mode="r")
+        return dict(g.attrs["manifest"])
+    except Exception as exc:
+        raise ValueError(
+            f"{os.fspath(store)!r} exists but is not a tolstat streaming store (no readable "
+            f"'{SIDE}' manifest: {type(exc).__name__}: {exc}); remove it or pass overwrite=True"
+        ) from exc
+
+
+def _write_manifest(store: Path, manifest: Mapping[str, Any]) -> None:
+    g = _zarr_group(store / SIDE, mode="a")
+    g.attrs["manifest"] = dict(manifest)
+
+
+def _read_log(store: Path) -> dict[int, dict[str, str]]:
+    """Completed runs -> their string labels. A torn last line (crash mid-append) is ignored."""
+    p = store / SIDE / LOG
+    out: dict[int, dict[str, str]] = {}
+    if not p.exists():
+        return out
+    with open(p, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+                out[int(rec["i"])] = {str(k): str(v) for k, v in rec["labels"].items()}
+            except (ValueError, KeyError, TypeError):
+                continue
+    return out
+
+
+def _append_log(store: Path, i: int, labels: Mapping[str, str]) -> None:
+    line = json.dumps({"i": int(i), "labels": dict(labels)}, separators=(",", ":")) + "\n"
+    p = store / SIDE / LOG
+    with open(p, "rb+" if p.exists() else "wb") as fh:
+        # a torn line left by a crash is terminated first, so that it stays unparseable alone
+        fh.seek(0, os.SEEK_END)
+        if fh.tell() > 0:
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":
+                fh.write(b"\n")
+        fh.write(line.encode("utf-8"))
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _string_labels(rec: RunRecord) -> dict[str, str]:
+    out = {name: str(getattr(rec, name)) for name in STRING_LABELS}
+    out.update(rec.labels)
+    return out
+
+
+def _dims(arr: Any) -> list[str]:
+    return list(arr.attrs.get("_ARRAY_DIMENSIONS", []))
+
+
+def _create_store(store: Path, rec0: RunRecord, manifest: dict[str, Any]) -> None:
+    """Write the pre-allocated store (template from run 0) atomically: tmp dir, then rename."""
+    runs = manifest["runs"]
+    size = manifest["sample_size"]
+    crun = manifest["chunk_runs"]
+    ds = build_dataset([rec0], sample_size=size)
+    k0 = ds.sizes["sample"]
+    if k0 < size:
+        ds = ds.pad(sample=(0, size - k0), constant_values=np.nan)
+        for name in SAMPLE_VARS:  # pad() drops nothing but keep attrs explicit
+            ds[name].attrs = build_dataset([rec0], sample_size=size)[name].attrs
+    # chunks: sample arrays ~1 MiB per chunk, run-level arrays chunk_runs * 8 runs
+    srun = max(1, min(crun, (1 << 20) // (8 * size)))
+    enc: dict[str, dict[str, Any]] = {}
+    for name, var in ds.variables.items():
+        if var.dims and var.dims[0] == "run":
+            first = srun if "sample" in var.dims else min(runs, 8 * crun)
+            enc[str(name)] = {"chunks": (first,) + tuple(var.shape[1:])}
+    tmp = store.with_name(f".{store.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        ds.to_zarr(tmp, mode="w-", zarr_format=2, consolidated=False, encoding=enc,
+                   write_empty_chunks=True)
+        g = _zarr_group(tmp)
+        for _, arr in g.arrays():
+            if _dims(arr)[:1] == ["run"]:
+                arr.resize((runs,) + tuple(arr.shape[1:]))
+        _write_manifest(tmp, manifest)
+        (tmp / SIDE / LOG).touch()
+        os.replace(tmp, store)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _write_run(arrays: Mapping[str, Any], i: int, rec: RunRecord, size: int,
+               label_keys: list[str], cov_keys: list[str]) -> None:
+    if set(rec.labels) != set(label_keys):
+        raise ValueError(f"run {i} has labels {sorted(rec.labels)} but the store has "
+                         f"{sorted(label_keys)}: every run of a dataset needs the same label names")
+    if set(rec.covariates) != set(cov_keys):
+        raise ValueError(f"run {i} has covariates {sorted(rec.covariates)} but the store has "
+                         f"{sorted(cov_keys)}: every run needs the same covariates")
+    n = len(rec.samples["sample_abs"])
+    if n > size:
+        raise ValueError(f"run {i} has {n} samples, more than sample_size={size}")
+    for name in SAMPLE_VARS:
+        row = np.full(size, np.nan)
+        row[:n] = rec.samples[name]
+        arrays[name][i, :] = row
+    arrays["abs_quantile"][i, :] = rec.quantiles
+    for name in RUN_STATS:
+        arrays[name][i] = rec.stats[name]
+    for name in cov_keys:
+        arrays[name][i] = rec.covariates[name]
+    arrays["n_sample"][i] = n
+    arrays["seed"][i] = rec.seed
+    arrays["run_index"][i] = rec.run_index
+
+
+def _finalize(store: Path, manifest: dict[str, Any], log: Mapping[int, Mapping[str, str]]) -> None:
+    """Labels from the log, trim ``sample``, provenance, consolidate. Idempotent."""
+    import zarr
+
+    runs = manifest["runs"]
+    g = _zarr_group(store)
+    arrays = _arrays(g)
+    label_names = [x for x in str(g.attrs.get("labels", "")).split(",") if x]
+    for name in list(STRING_LABELS) + label_names:
+        values = np.array([log[i][name] for i in range(runs)], dtype=str)
+        old = arrays[name]
+        new = g.create_array(name, shape=values.shape, dtype=values.dtype,
+                             chunks=old.chunks, overwrite=True,
+                             attributes={"_ARRAY_DIMENSIONS": ["run"]})
+        new.with_config({"write_empty_chunks": True})[:] = values
+    n_sample = np.asarray(arrays["n_sample"][:])
+    k = min(int(manifest["sample_size"]), max(int(n_sample.max()), 1))
+    for name in SAMPLE_VARS:
+        arr = arrays[name]
+        if arr.shape[1] != k:
+            arr.resize((runs, k))
+    prov = {"created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "tolstat_version": __version__}
+    prov.update(_provenance("tolstat.collect", kernel=manifest["kernel"],
+                            reference=manifest["reference"], seed=manifest["seed"],
+                            runs=runs, store=os.fspath(store), streamed=True))
+    g.attrs["provenance"] = json.dumps([prov])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # done.log is not a zarr node
+        zarr.consolidate_metadata(str(store), zarr_format=2)
+    manifest = dict(manifest, complete=True)
+    _write_manifest(store, manifest)
+
+
+def _clean_partials(store: Path) -> None:
+    """Remove temporary chunk files of writes interrupted by a crash."""
+    for p in store.rglob("*.partial"):
+        with contextlib.suppress(OSError):
+            p.unlink()
+
+
+def collect_to_store(
+    kernel: Callable[..., Any],
+    reference: Callable[..., Any],
+    make_inputs: Callable[[np.random.Generator], Any],
+    *,
+    op: str,
+    dtype: Any,
+    runs: int,
+    store: str | os.PathLike[str] = "runs.zarr",
+    hardware: str | None = None,
+    seed: int = 0,
+    labels: Mapping[str, Any] | None = None,
+    covariates: Mapping[str, float] | None = None,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    rel_floor: float | None = None,
+    allow_nan: bool = False,
+    progress: bool | None = None,
+    chunk_runs: int = 1024,
+    chunks: Any = None,
+    overwrite: bool = False,
+) -> xr.Dataset:
+    """Like :func:`tolstat.collect`, but stream every run to a resumable zarr store.
+
+    Parameters
+    ----------
+    kernel, reference, make_inputs, op, dtype, runs, hardware, seed, labels, covariates, sample_size, rel_floor, allow_nan, progress
+        As in :func:`tolstat.collect` (run ``i`` uses ``numpy.random.default_rng([seed, i])``,
+        so the store equals the in-memory collection).
+    store : str or path-like, default "runs.zarr"
+        The zarr store (a directory ending in ``.zarr``). If it exists and was made by
+        this function with the same arguments, the collection resumes: completed runs are
+        kept and only the missing ones are measured.
+    chunk_runs : int, default 1024
+        Chunk length along ``run`` of the run-level arrays is ``8 * chunk_runs``; the
+        sample arrays use chunks of about 1 MiB (at most ``chunk_runs`` runs).
+    chunks : dict, "auto" or None
+        How to open the finished store (:func:`tolstat.open_errors`): ``None`` loads it
+        into memory, ``{"run": N}`` returns a dask-backed dataset (use this for large
+        stores).
+    overwrite : bool, default False
+        Delete an existing store first instead of resuming.
+
+    Returns
+    -------
+    xarray.Dataset
+        The finished error dataset, opened from the store.
+
+    Raises
+    ------
+    ValueError
+        The store exists but was made with different arguments (the message lists them),
+        is not a streaming store, or any error of :func:`tolstat.collect`. Runs finished
+        before an error stay in the store; re-running continues after them.
+    RuntimeError
+        Another process is writing the same store.
+    """
+    if not isinstance(runs, (int, np.integer)) or runs < 1:
+        raise ValueError(f"runs must be a positive integer, got {runs!r}")
+    for nm, f in (("kernel", kernel), ("reference", reference), ("make_inputs", make_inputs)):
+        if not callable(f):
+            raise TypeError(f"{nm} must be callable, got {type(f).__name__}")
+    if sample_size < 1:
+        raise ValueError(f"sample_size must be >= 1, got {sample_size}")
+    if chunk_runs < 1:
+        raise ValueError(f"chunk_runs must be >= 1, got {chunk_runs}")
+    path = Path(store)
+    if path.suffix.lower() != ".zarr":
+        raise ValueError(f"store must be a zarr directory ending in '.zarr', got {os.fspath(path)!r}")
+    if not path.parent.exists():
+        raise FileNotFoundError(f"directory {os.fspath(path.parent)!r} does not exist")
+    dt = canonical_dtype(dtype)
+    hw_label, plat = hardware_fingerprint()
+    hw = hw_label if hardware is None else str(hardware)
+    runs = int(runs)
+    manifest = _manifest(op=op, dtype=dt, seed=seed, runs=runs, hardware=hw, labels=labels,
+                         covariates=covariates, sample_size=sample_size, rel_floor=rel_floor,
+                         allow_nan=allow_nan, kernel=kernel, reference=reference,
+                         make_inputs=make_inputs, chunk_runs=chunk_runs)
+
+    def measure(i: int) -> RunRecord:
+        rng = np.random.default_rng([seed, i])
+        inp = _as_inputs(make_inputs(rng))
+        actual = kernel(*inp.args, **inp.kwargs)
+        expected = reference(*inp.args, **inp.kwargs)
+        return _record(actual, expected, i, op=op, dtype=dt, hardware=hw, platform=plat,
+                       seed=seed, labels=_merged(labels, inp.labels),
+                       covariates=_merged(covariates, inp.covariates), sample_size=sample_size,
+                       rel_floor=rel_floor, allow_nan=allow_nan, rng=rng)
+
+    with _locked(path):
+        if overwrite and path.exists():
+            shutil.rmtree(path)
+        first: RunRecord | None = None
+        if path.exists():
+            old = _read_manifest(path)
+            diff = [f"{key}: store has {old.get(key)!r}, call has {manifest[key]!r}"
+                    for key in IDENTITY if old.get(key) != manifest[key]]
+            if diff:
+                raise ValueError(
+                    f"store {os.fspath(path)!r} was made with different arguments; resuming "
+                    "would mix collections. Use another store or overwrite=True. Differences: "
+                    + "; ".join(diff)
+                )
+            manifest = old
+            _clean_partials(path)
+        else:
+            first = measure(0)
+            _create_store(path, first, manifest)
+        log = _read_log(path)
+        if not manifest.get("complete"):
+            todo = [i for i in range(runs) if i not in log]
+            if todo:
+                g = _zarr_group(path)
+                arrays = _arrays(g)
+                label_keys = [x for x in str(g.attrs.get("labels", "")).split(",") if x]
+                cov_keys = [x for x in str(g.attrs.get("covariates", "")).split(",") if x
+                            and x not in ("ref_max_abs", "ref_rms", "n_elements")]
+                size = int(manifest["sample_size"])
+                disable = None if progress is None else not progress
+                for i in tqdm(todo, desc=f"collect {op}/{dt} -> {path.name}", disable=disable,
+                              leave=False):
+                    rec = first if (i == 0 and first is not None) else measure(i)
+                    _write_run(arrays, i, rec, size, label_keys, cov_keys)
+                    lab = _string_labels(rec)
+                    _append_log(path, i, lab)
+                    log[i] = lab
+            _finalize(path, manifest, log)
+    return open_errors(path, chunks=chunks)
+
+
+def store_progress(store: str | os.PathLike[str]) -> StoreProgress:
+    """How far a streaming collection got: ``{"runs", "done", "complete", "manifest"}``."""
+    path = Path(store)
+    if not path.exists():
+        raise FileNotFoundError(f"no store at {os.fspath(path)!r}")
+    manifest = _read_manifest(path)
+    done = sorted(_read_log(path))
+    return StoreProgress(runs=manifest["runs"], done=done,
+                         complete=bool(manifest.get("complete")), manifest=manifest)
+
+
+def open_store(store: str | os.PathLike[str], *, chunks: Any = None, partial: bool = False) -> xr.Dataset:
+    """Open a streaming store; with ``partial=True`` also an unfinished one (done runs only).
+
+    Parameters
+    ----------
+    store : str or path-like
+        A store written by :func:`collect_to_store`.
+    chunks : dict, "auto" or None
+        As in :func:`tolstat.open_errors`.
+    partial : bool, default False
+        Return the completed runs of an unfinished collection (in run order, ``sample``
+        trimmed, labels from the log) instead of raising.
+
+    Raises
+    ------
+    ValueError
+        The collection is unfinished and ``partial`` is False, or no run is done yet.
+    """
+    prog = store_progress(store)
+    path = Path(store)
+    if prog["complete"]:
+        return open_errors(path, chunks=chunks)
+    if not partial:
+        raise ValueError(
+            f"collection in {os.fspath(path)!r} is unfinished ({len(prog['done'])} of "
+            f"{prog['runs']} runs done): re-run collect_to_store with the same arguments to "
+            "finish it, or pass partial=True"
+        )
+    if not prog["done"]:
+        raise ValueError(f"no run of {os.fspath(path)!r} is done yet")
+    log = _read_log(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ds = xr.open_dataset(path, engine="zarr", consolidated=False, chunks=chunks)
+    done = np.asarray(prog["done"])
+    ds = ds.isel(run=done)
+    names = list(STRING_LABELS) + [x for x in str(ds.attrs.get("labels", "")).split(",") if x]
+    ds = ds.assign_coords({n: ("run", np.array([log[int(i)][n] for i in done], dtype=str)) for n in names})
+    k = min(int(prog["manifest"]["sample_size"]), max(int(ds["n_sample"].max()), 1))
+    ds = ds.isel(sample=slice(0, k))
+    return ds if chunks is not None else ds.load()
