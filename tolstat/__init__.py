@@ -3,7 +3,8 @@
 Data flow (one module per step, each importing only the steps before it)::
 
     kernel outputs -> metrics -> error dataset -> fitted models -> tolerance table -> checks
-                     (metrics)   (errors, collect, io)  (estimators) (select)        (check)
+                     (metrics)   (errors, collect,    (estimators,  (selection)       (checks,
+                                  io, stream, tail)    scale)                          pytest_plugin)
 """
 
 from ._dtypes import SUPPORTED_DTYPES, canonical_dtype
@@ -13,6 +14,9 @@ from .errors import concat, indexed, validate
 from .estimators import fit
 from .io import open_errors, save
 from .metrics import ErrorMetrics, error_metrics, ulp_distance
+from .scale import ScaleModel
+from .selection import ToleranceTable, calibrate, load_table, select, split_budget
+from .checks import CheckResult, assert_close, check
 from . import stream, tail
 from .stream import collect_to_store, open_store
 from .tail import group_topk
@@ -39,4 +43,13 @@ __all__ = [
     "open_store",
     "group_topk",
     "fit",
+    "ScaleModel",
+    "select",
+    "calibrate",
+    "split_budget",
+    "ToleranceTable",
+    "load_table",
+    "check",
+    "assert_close",
+    "CheckResult",
 ]

@@ -8,6 +8,7 @@ Both return an error dataset (``docs/schema.md``).
 from __future__ import annotations
 
 import os
+from importlib import metadata as _metadata
 import platform as _platform
 import socket
 import sys
@@ -63,13 +64,16 @@ def hardware_fingerprint() -> tuple[str, str]:
 
     The hardware label is ``"cuda:<GPU name>"`` when torch is already imported and sees a
     CUDA device, else ``"cpu:<CPU model>"``. The platform string lists the versions of
-    Python, numpy and (if imported) torch. torch is never imported here.
+    Python, numpy and torch (if installed). torch is never imported here.
     """
     parts = [f"python {_platform.python_version()}", f"numpy {np.__version__}"]
     label = f"cpu:{_cpu_model()}"
+    try:  # the installed torch, whether or not it is imported (no import here)
+        parts.append(f"torch {_metadata.version('torch')}")
+    except _metadata.PackageNotFoundError:
+        pass
     torch = sys.modules.get("torch")
     if torch is not None:
-        parts.append(f"torch {getattr(torch, '__version__', '?')}")
         try:
             if torch.cuda.is_available():
                 label = f"cuda:{torch.cuda.get_device_name(0)}"

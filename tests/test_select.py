@@ -1,0 +1,218 @@
+"""select / ToleranceTable / split_budget / scale fitting: unit tests."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import tolstat
+from tolstat.scale import fit_allclose, quantreg, quantreg_lp
+from tolstat.selection import ToleranceTable, calibrate, load_table, select, split_budget
+
+
+def _kernel(x):
+    return (x.astype(np.float16) * np.float16(3.0)).astype(np.float16)
+
+
+def _ref(x):
+    return x.astype(np.float16).astype(np.float64) * 3.0
+
+
+def _make(rng):
+    s = float(rng.choice([1.0, 10.0, 100.0]))
+    return tolstat.Inputs(args=(s * rng.standard_normal(64),), covariates={"scale": s})
+
+
+@pytest.fixture(scope="module")
+def ds():
+    a = tolstat.collect(_kernel, _ref, _make, op="mul3", dtype="float16", runs=400, hardware="gpuA", seed=0,
+                        progress=False)
+    b = tolstat.collect(_kernel, _ref, _make, op="mul3", dtype="float16", runs=400, hardware="gpuB", seed=1,
+                        progress=False)
+    return tolstat.concat([a, b])
+
+
+def test_split_budget():
+    assert split_budget(0.01, 100, method="bonferroni") == pytest.approx(1e-4)
+    s = split_budget(0.01, 100)
+    assert 1 - (1 - s) ** 100 == pytest.approx(0.01)
+    assert s > 1e-4
+    with pytest.raises(ValueError):
+        split_budget(0.0, 3)
+    with pytest.raises(ValueError):
+        split_budget(0.1, 0)
+    with pytest.raises(ValueError):
+        split_budget(0.1, 2, method="holm")
+
+
+@pytest.mark.parametrize("bad", [0.0, 1.0, -0.1, 1.5, float("nan"), "x"])
+def test_bad_budget_and_confidence(ds, bad):
+    with pytest.raises(ValueError, match="fp_budget"):
+        select(ds, fp_budget=bad)
+    with pytest.raises(ValueError, match="confidence"):
+        select(ds, fp_budget=0.01, confidence=bad)
+
+
+def test_bad_scores_are_clear_errors():
+    with pytest.raises(ValueError, match="empty"):
+        calibrate([], 0.01)
+    with pytest.raises(ValueError, match="NaN"):
+        calibrate([1.0, np.nan] * 200, 0.01)
+    with pytest.raises(ValueError, match="infinite"):
+        calibrate([1.0, np.inf] * 200, 0.01)
+    with pytest.raises(ValueError, match="statistic"):
+        select(tolstat.from_pairs([(np.float16([1]), np.array([1.0]))], op="a", dtype="fp16"), fp_budget=0.1,
+               statistic="mean")
+
+
+def test_too_few_runs_names_the_minimum():
+    x = np.random.default_rng(0).exponential(size=40)
+    with pytest.raises(ValueError, match=r"n >= 299"):
+        calibrate(x, 0.01, 0.95)
+    with pytest.raises(ValueError, match=r"n >= 299"):
+        calibrate(np.random.default_rng(0).exponential(size=100), 0.01, method="order_statistic")
+
+
+def test_auto_records_method_and_reason(ds):
+    t = select(ds, fp_budget=0.01)
+    e = t.entry("mul3", "float16", "gpuA")
+    st = e.statistics["max_abs"]
+    assert st.method == "order_statistic" and "n = 400 >= 299" in st.reason
+    t2 = select(ds, fp_budget=1e-3, form="allclose", on_error="skip")
+    meth = str(t2.data["method"].values[0, 0])
+    reason = str(t2.data["reason"].values[0, 0])
+    assert meth == "evt" or (meth == "refused" and "2995" in reason and "tail model was refused" in reason)
+
+
+def test_lookup_fallbacks_and_missing(ds):
+    t = select(ds, fp_budget=0.01)
+    assert t.entry("mul3", "fp16", "gpuA").fallback == "exact"
+    with pytest.raises(KeyError, match="several hardware"):
+        t.entry("mul3", "float16")
+    with pytest.raises(KeyError, match=r"available groups: \(mul3, float16, gpuA\)"):
+        t.entry("softmax", "float16", "gpuA")
+    with pytest.raises(KeyError, match="available"):
+        t.entry("mul3", "float16", "gpuC")
+    pooled = select(ds, fp_budget=0.01, by=("op", "dtype"))
+    e = pooled.entry("mul3", "float16", "gpuC")
+    assert e.hardware == "*" and e.fallback == "any hardware" and e.n == 800
+
+
+def test_json_round_trip_exact(ds, tmp_path):
+    t = select(ds, fp_budget=0.02, form="allclose", statistic=("max_abs", "bias"))
+    p = tmp_path / "t.json"
+    t.to_json(p)
+    d = json.loads(p.read_text())
+    assert d["tolstat_table"] == 1 and d["groups"][0]["statistics"]["max_score"]["method"]
+    t2 = load_table(p)
+    assert t2.to_json() == t.to_json()
+    for v in ("threshold", "estimate", "top_scores", "scale_atol", "scale_rtol"):
+        np.testing.assert_array_equal(t2.data[v].values, t.data[v].values)
+    e1, e2 = t.entry("mul3", "float16", "gpuB"), t2.entry("mul3", "float16", "gpuB")
+    assert e1.scale == e2.scale
+    assert e1.statistics["bias"].threshold == e2.statistics["bias"].threshold
+
+
+def test_netcdf_round_trip(ds, tmp_path):
+    t = select(ds, fp_budget=0.01, form="allclose")
+    t.to_netcdf(tmp_path / "t.nc")
+    t2 = load_table(tmp_path / "t.nc")
+    assert t2.to_json() == t.to_json()
+
+
+def test_load_table_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_table(tmp_path / "nope.json")
+    (tmp_path / "x.json").write_text('{"a": 1}')
+    with pytest.raises(ValueError, match="not a tolstat"):
+        load_table(tmp_path / "x.json")
+    (tmp_path / "y.json").write_text('{"tolstat_table": 99, "groups": []}')
+    with pytest.raises(ValueError, match="schema 99"):
+        load_table(tmp_path / "y.json")
+
+
+def test_assert_close_kwargs(ds):
+    t = select(ds, fp_budget=0.01, form="allclose", by=("op", "dtype"))
+    kw = t.to_assert_close_kwargs()
+    atol, rtol = kw[("mul3", "float16")]["atol"], kw[("mul3", "float16")]["rtol"]
+    e = t.entry("mul3", "float16")
+    c = e.statistics["max_score"].threshold
+    assert atol == pytest.approx(c * e.scale.atol) and rtol == pytest.approx(c * e.scale.rtol)
+    t_abs = select(ds, fp_budget=0.01, by=("op", "dtype"))
+    assert t_abs.to_assert_close_kwargs()[("mul3", "float16")]["rtol"] == 0.0
+
+
+def test_allclose_form_is_relative(ds):
+    """Pure output rounding (x*3 in fp16): the fit is rtol-dominated, near fp16 unit roundoff."""
+    t = select(ds, fp_budget=0.01, form="allclose")
+    sc = t.entry("mul3", "float16", "gpuA").scale
+    assert sc.rtol == pytest.approx(2.0**-11, rel=0.3)
+    assert sc.atol < 1e-3 * sc.rtol * 100
+
+
+def test_quantreg_reproduces_statsmodels():
+    from statsmodels.regression.quantile_regression import QuantReg
+
+    rng = np.random.default_rng(0)
+    r = rng.uniform(0, 10, 3000)
+    d = np.abs(rng.standard_normal(3000)) * (1e-3 + 5e-4 * r)
+    X = np.column_stack([np.ones_like(r), r])
+    # tolstat's quantreg = statsmodels QuantReg on column-rescaled data, scaled back
+    ys, cs = d.max(), X.max(axis=0)
+    ref = QuantReg(d / ys, X / cs).fit(q=0.9, max_iter=2000).params * ys / cs
+    np.testing.assert_allclose(quantreg(d, X, 0.9), ref, rtol=1e-12)
+    # statsmodels on the raw (badly scaled) data agrees to its IRLS tolerance
+    np.testing.assert_allclose(QuantReg(d, X).fit(q=0.9).params, ref, rtol=1e-2)
+    # the exact LP solution agrees with the IRLS solution
+    np.testing.assert_allclose(quantreg_lp(d, X, 0.9), ref, rtol=2e-3)
+    coef, names, notes = fit_allclose(d, r, 0.9)
+    np.testing.assert_allclose(coef, ref, rtol=1e-12)
+    assert names == ["atol", "rtol"] and notes == ""
+
+
+def test_negative_rtol_is_dropped():
+    rng = np.random.default_rng(1)
+    r = rng.uniform(0, 10, 2000)
+    d = np.abs(rng.standard_normal(2000)) * (1e-2 - 5e-4 * r)
+    coef, _, notes = fit_allclose(d, r, 0.9)
+    assert coef[1] == 0.0 and "rtol" in notes and coef[0] > 0
+
+
+def test_bias_statistic_catches_systematic_error(ds):
+    t = select(ds, fp_budget=0.01, statistic=("max_abs", "bias"), by=("op", "dtype"))
+    e = t.entry("mul3", "float16")
+    assert e.statistics["max_abs"].budget == pytest.approx(0.005)
+    assert e.statistics["bias"].confidence == pytest.approx(0.975)
+    from tolstat.checks import check
+
+    x = np.random.default_rng(5).uniform(0.5, 1.0, 64)  # |ref| in 1.5..3
+    ref = _ref(x)
+    bad = (ref * (1 + 2.0**-11)).astype(np.float16)  # one-ulp-ish systematic scale error
+    r = check(bad, ref, op="mul3", dtype="float16", table=t)
+    assert "bias" in r.failed
+    assert r.statistics["max_abs"] <= r.thresholds["max_abs"]
+
+
+def test_refused_groups_with_skip(ds):
+    small = ds.isel(run=slice(0, 40))
+    with pytest.raises(ValueError, match="needs n >= 299"):
+        select(small, fp_budget=0.01)
+    t = select(small, fp_budget=0.01, on_error="skip")
+    assert t.data["method"].values[0, 0] == "refused"
+    with pytest.raises(KeyError, match="no max_abs threshold"):
+        t.entry("mul3", "float16", "gpuA")
+
+
+def test_table_requires_schema():
+    with pytest.raises(ValueError):
+        ToleranceTable(__import__("xarray").Dataset())
+
+
+def test_evt_beyond_data_is_marked(ds):
+    x = np.random.default_rng(2).exponential(size=500)
+    c = calibrate(x, 1e-4, 0.95)
+    assert c.method == "evt" and "beyond the data" in c.reason and c.threshold > x.max()
+    assert math.isfinite(c.tail["xi"])

@@ -1,0 +1,294 @@
+"""Check kernel outputs against a tolerance table: :func:`check` and :func:`assert_close`.
+
+Last step of the data flow (errors -> select -> **check**). A check computes the same
+statistics the table was calibrated on (the max-error statistic, normalised by the
+table's scale model if it has one, and the bias statistic if calibrated), compares each
+with its threshold, and says how unlikely the observed error is for a correct kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from ._dtypes import canonical_dtype
+from .metrics import ErrorMetrics, as_array, error_metrics
+from .scale import bias_score
+from .selection import ToleranceEntry, ToleranceTable, exceedance_probability
+
+__all__ = ["CheckResult", "check", "assert_close"]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Outcome of one check of a kernel output against its reference.
+
+    Attributes
+    ----------
+    passed : bool
+        Every statistic is at or below its threshold.
+    op, dtype, hardware : str
+        The table group used (``hardware`` may be ``"*"``); ``fallback`` says how it
+        was found.
+    statistics : dict
+        ``{name: value}`` of the check statistics.
+    thresholds : dict
+        ``{name: threshold}``.
+    ratios : dict
+        ``{name: value / threshold}`` (``inf`` for a positive value over a 0 threshold).
+    probabilities : dict
+        ``{name: estimated probability that a correct run reaches this value}``.
+    notes : dict
+        ``{name: how the probability was estimated}`` (empirical, GPD tail beyond the
+        data, ...).
+    failed : tuple of str
+        Statistics over their threshold.
+    worst_index : tuple of int
+        Index of the element with the largest (normalised) error.
+    worst_actual, worst_expected, worst_error, worst_allowed : float
+        Its values, ``|d|`` and the largest ``|d|`` the max threshold allows there.
+    n_elements, n_exceeding, n_nonfinite : int
+        Elements compared, over their elementwise allowance, with NaN/Inf outputs.
+    atol, rtol : float
+        Allclose-form equivalent of the max threshold (NaN where there is none).
+    fp_budget, confidence : float
+        The table's promise for this check.
+    methods : dict
+        ``{name: calibration method}``.
+    """
+
+    passed: bool
+    op: str
+    dtype: str
+    hardware: str
+    fallback: str
+    statistics: dict[str, float]
+    thresholds: dict[str, float]
+    ratios: dict[str, float]
+    probabilities: dict[str, float]
+    notes: dict[str, str]
+    failed: tuple[str, ...]
+    worst_index: tuple[int, ...]
+    worst_actual: float
+    worst_expected: float
+    worst_error: float
+    worst_allowed: float
+    n_elements: int
+    n_exceeding: int
+    n_nonfinite: int
+    atol: float
+    rtol: float
+    fp_budget: float
+    confidence: float
+    methods: dict[str, str] = field(default_factory=dict)
+    n_calibration: int = 0
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def message(self) -> str:
+        """Human-readable explanation (the :func:`assert_close` message)."""
+        return _message(self)
+
+
+def _auto_covariates(m: ErrorMetrics, covariates: Mapping[str, Any] | None) -> dict[str, Any]:
+    ref = m.ref_abs[np.isfinite(m.ref_abs)]
+    cov = {
+        "n_elements": float(m.n_elements),
+        "ref_max_abs": float(ref.max()) if ref.size else 0.0,
+        "ref_rms": float(np.sqrt(np.mean(np.square(ref)))) if ref.size else 0.0,
+    }
+    cov.update({str(k): v for k, v in (covariates or {}).items()})
+    return cov
+
+
+def check(
+    actual: Any,
+    expected: Any,
+    *,
+    op: str,
+    dtype: Any,
+    table: ToleranceTable,
+    hardware: str | None = None,
+    covariates: Mapping[str, Any] | None = None,
+    allow_nan: bool = False,
+) -> CheckResult:
+    """Check one kernel output against its float64 reference with a calibrated table.
+
+    Parameters
+    ----------
+    actual : array_like
+        Kernel output (numpy array, torch tensor, anything :func:`tolstat.metrics.as_array`
+        takes).
+    expected : array_like
+        Reference, same shape (float64 preferred).
+    op, dtype : str
+        The table group; ``dtype`` is the target dtype (any spelling).
+    table : ToleranceTable
+        From :func:`tolstat.select` or :func:`tolstat.load_table`.
+    hardware : str, optional
+        Hardware label; falls back as :meth:`ToleranceTable.entry` documents.
+    covariates : mapping, optional
+        Run covariates the table's scale model needs (e.g. ``{"K": 512}``).
+        ``ref_rms``, ``ref_max_abs`` and ``n_elements`` are computed from ``expected``.
+    allow_nan : bool, default False
+        Passed to :func:`tolstat.error_metrics`.
+
+    Returns
+    -------
+    CheckResult
+
+    Raises
+    ------
+    KeyError
+        No table group for (op, dtype, hardware).
+    ValueError
+        Shape mismatch, NaN reference, a covariate the scale model needs is missing.
+    """
+    if not isinstance(table, ToleranceTable):
+        raise TypeError(f"table must be a ToleranceTable, got {type(table).__name__}")
+    dt = canonical_dtype(dtype)
+    ent = table.entry(op, dt, hardware)
+    a = as_array(actual, name="actual")
+    e = as_array(expected, name="expected")
+    m = error_metrics(a, e, dtype=dt, allow_nan=allow_nan)
+    return _evaluate(m, a, e, ent, _auto_covariates(m, covariates))
+
+
+def _evaluate(m: ErrorMetrics, a: np.ndarray, e: np.ndarray, ent: ToleranceEntry,
+              cov: Mapping[str, Any]) -> CheckResult:
+    name = ent.max_statistic
+    c = ent.statistics[name].threshold
+    # element scores and allowances of the max statistic
+    if name == "max_abs":
+        elem = m.abs
+        allowed = np.full(m.abs.shape, c)
+    elif name == "max_rel":
+        elem = m.rel
+        allowed = c * np.maximum(m.ref_abs, m.rel_floor)
+    elif name == "max_ulp":
+        elem = m.ulp
+        allowed = None
+    else:
+        assert ent.scale is not None
+        s = ent.scale.scale(m.ref_abs, cov, dtype=ent.dtype)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            elem = np.where(m.abs == 0, 0.0, m.abs / s)
+        allowed = c * s
+    elem = np.where(m.nonfinite, np.inf, elem)
+    elem = np.where(np.isnan(elem), 0.0, elem)  # matching NaNs (allow_nan) count as 0 error
+    worst = int(np.argmax(elem))
+    values = {name: float(elem[worst])}
+    if "bias" in ent.statistics:
+        fin = ~m.nonfinite & np.isfinite(m.signed)
+        ms = float(m.signed[fin].mean()) if fin.any() else 0.0
+        ma = float(m.abs.mean()) if not m.nonfinite.any() else math.inf
+        values["bias"] = float(bias_score(ms, ma, m.n_elements))
+    thresholds = {k: ent.statistics[k].threshold for k in values}
+    ratios = {}
+    for k, v in values.items():
+        t = thresholds[k]
+        ratios[k] = v / t if t > 0 else (0.0 if v == 0 else math.inf)
+    failed = tuple(k for k, v in values.items() if not v <= thresholds[k])
+    probs, notes = {}, {}
+    for k, v in values.items():
+        probs[k], notes[k] = exceedance_probability(v, ent.statistics[k])
+    shape = m.shape
+    idx = tuple(int(i) for i in np.unravel_index(worst, shape)) if shape else ()
+    a64 = np.asarray(a, dtype=np.float64).ravel()
+    e64 = np.asarray(e, dtype=np.float64).ravel()
+    n_exc = int(np.sum(elem > c)) if name != "max_ulp" else int(np.sum(m.ulp > c))
+    try:
+        atol, rtol = ent.allclose(cov)
+    except (ValueError, KeyError):
+        atol, rtol = math.nan, math.nan
+    return CheckResult(
+        passed=not failed, op=ent.op, dtype=ent.dtype, hardware=ent.hardware, fallback=ent.fallback,
+        statistics=values, thresholds=thresholds, ratios=ratios, probabilities=probs, notes=notes,
+        failed=failed, worst_index=idx, worst_actual=float(a64[worst]), worst_expected=float(e64[worst]),
+        worst_error=float(m.abs[worst]),
+        worst_allowed=float(allowed[worst]) if allowed is not None else math.nan,
+        n_elements=m.n_elements, n_exceeding=n_exc, n_nonfinite=m.n_nonfinite, atol=atol, rtol=rtol,
+        fp_budget=ent.fp_budget, confidence=ent.confidence,
+        methods={k: ent.statistics[k].method for k in values}, n_calibration=ent.n,
+    )
+
+
+_DESCR = {
+    "max_abs": "max |actual - expected|",
+    "max_rel": "max |actual - expected| / max(|expected|, rel_floor)",
+    "max_ulp": "max ULP distance",
+    "max_score": "max |actual - expected| / s(|expected|) (normalised error)",
+    "bias": "sqrt(N)*|mean(actual - expected)| / mean|actual - expected| (bias)",
+}
+
+
+def _fmt_p(p: float) -> str:
+    if p == 0:
+        return "0"
+    return f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
+
+
+def _message(r: CheckResult) -> str:
+    hw = r.hardware if r.fallback == "exact" else f"{r.hardware} ({r.fallback})"
+    head = "passed" if r.passed else "FAILED"
+    lines = [f"tolstat check {head}: op={r.op!r}, dtype={r.dtype!r}, hardware={hw}"]
+    for k, v in r.statistics.items():
+        mark = "FAIL" if k in r.failed else "ok"
+        lines.append(
+            f"  [{mark}] {k} = {v:.6g} vs threshold {r.thresholds[k]:.6g} ({r.ratios[k]:.3g}x the threshold; "
+            f"{_DESCR.get(k, k)}; calibrated by {r.methods.get(k, '?')} on {r.n_calibration} runs)"
+        )
+    if math.isfinite(r.atol):
+        lines.append(f"  allowed per element: |actual - expected| <= atol + rtol*|expected| with "
+                     f"atol={r.atol:.4g}, rtol={r.rtol:.4g}")
+    idx = ", ".join(map(str, r.worst_index))
+    allowed = "" if not math.isfinite(r.worst_allowed) else f", allowed {r.worst_allowed:.4g}"
+    lines.append(f"  worst element at index ({idx}): actual={r.worst_actual!r}, expected={r.worst_expected!r} "
+                 f"(|d|={r.worst_error:.4g}{allowed})")
+    lines.append(f"  {r.n_exceeding} of {r.n_elements} elements exceed their allowance"
+                 + (f"; {r.n_nonfinite} non-finite outputs" if r.n_nonfinite else ""))
+    for k in (r.failed or tuple(r.statistics)[:1]):
+        lines.append(f"  probability that a correct kernel gives a {k} this large: ~{_fmt_p(r.probabilities[k])} "
+                     f"({r.notes[k]})")
+    lines.append(f"  (the table promises a false-positive rate <= {r.fp_budget:g} per check at "
+                 f"{r.confidence:g} confidence)")
+    return "\n".join(lines)
+
+
+def assert_close(
+    actual: Any,
+    expected: Any,
+    *,
+    op: str,
+    dtype: Any,
+    table: ToleranceTable,
+    hardware: str | None = None,
+    covariates: Mapping[str, Any] | None = None,
+    allow_nan: bool = False,
+    msg: str | None = None,
+) -> CheckResult:
+    """Like :func:`check`, but raise ``AssertionError`` with an explanation on failure.
+
+    The message names the op, dtype, statistic, threshold, the worst element's index
+    and its actual/expected values, and how unlikely that error is for a correct kernel.
+
+    Returns
+    -------
+    CheckResult
+        When the check passes.
+
+    Raises
+    ------
+    AssertionError
+        The check failed.
+    """
+    r = check(actual, expected, op=op, dtype=dtype, table=table, hardware=hardware, covariates=covariates,
+              allow_nan=allow_nan)
+    if not r.passed:
+        text = r.message()
+        raise AssertionError(f"{msg}\n{text}" if msg else text)
+    return r
