@@ -22,3 +22,33 @@ def test_cli_reports_bad_files(tmp_path, capsys):
     bad.write_text("junk")
     assert main(["summary", str(bad)]) == 2
     assert "bad.nc" in capsys.readouterr().err
+
+
+def test_collect_calibrate_check(tmp_path, capsys):
+    import numpy as np
+
+    from tolstat import corpus
+
+    errs = tmp_path / "errors.nc"
+    assert main(["collect", "-o", str(errs), "--ops", "gelu", "--dtypes", "float16",
+                 "--cases", "80", "--quick", "--no-progress"]) == 0
+    table = tmp_path / "table.json"
+    assert main(["calibrate", str(errs), "--fp-budget", "0.05", "--form", "allclose",
+                 "--pool-hardware", "-o", str(table)]) == 0
+    case = corpus.cases("gelu", "float16", n=1, seed=99, quick=True)[0]
+    ref = corpus.run_reference(case, "float16")
+    good = corpus.run_kernel(corpus.OPS["gelu"].variants["erf"], case, "float16")
+    bad = corpus.run_kernel(corpus.BUGS["gelu_missing_half"].kernel, case, "float16")
+    np.save(tmp_path / "ref.npy", ref)
+    np.save(tmp_path / "good.npy", good)
+    np.save(tmp_path / "bad.npy", bad)
+    capsys.readouterr()
+    args = ["--op", "gelu", "--dtype", "fp16", "--table", str(table)]
+    assert main(["check", str(tmp_path / "good.npy"), str(tmp_path / "ref.npy"), *args]) == 0
+    assert "PASS gelu/float16" in capsys.readouterr().out
+    assert main(["check", str(tmp_path / "bad.npy"), str(tmp_path / "ref.npy"), *args]) == 1
+    assert "gelu" in capsys.readouterr().out
+    # a group the table does not have is a clear error, exit status 2
+    assert main(["check", str(tmp_path / "good.npy"), str(tmp_path / "ref.npy"), "--op", "silu",
+                 "--dtype", "fp16", "--table", str(table)]) == 2
+    assert "silu" in capsys.readouterr().err

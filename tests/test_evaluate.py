@@ -25,6 +25,10 @@ def test_evaluate_end_to_end(tiny_result, tmp_path):
     assert set(r.checks.op.values.tolist()) == {"softmax", "matmul", "gelu"}
     names = [m.name for m in r.methods]
     assert {"torch defaults", "atol=rtol=1e-2", "study p95x1.5"} <= set(names)
+    assert {"tolstat max_abs", "tolstat allclose", "tolstat size-aware"} <= set(names)
+    for m in r.methods:
+        if m.family == "tolstat":
+            assert m.budget == 0.1
     tolstat.validate(r.calibration)
     for row in r.summary:
         assert row["n_control"] == int((r.checks.kind == "control").sum())
@@ -72,7 +76,7 @@ def test_unknown_op_is_a_clear_error():
 
 def test_cli_evaluate_and_report(tmp_path, capsys):
     out = tmp_path / "res"
-    rc = main(["evaluate", "--quick", "--n-cal", "20", "--n-test", "1", "--ops", "silu,mean",
+    rc = main(["evaluate", "--quick", "--n-cal", "30", "--n-test", "1", "--ops", "silu,mean",
                "--fp-budget", "0.1", "-o", str(out), "--no-plots", "--no-progress"])
     assert rc == 0
     text = capsys.readouterr().out
@@ -81,3 +85,10 @@ def test_cli_evaluate_and_report(tmp_path, capsys):
     md = (out / "report.md").read_text()
     assert "| method |" in md and "silu" in md
     assert main(["report", str(tmp_path)]) == 2
+
+
+def test_cli_evaluate_too_few_calibration_runs(tmp_path, capsys):
+    rc = main(["evaluate", "--quick", "--n-cal", "5", "--n-test", "1", "--ops", "gelu",
+               "-o", str(tmp_path), "--no-plots", "--no-progress"])
+    assert rc == 2
+    assert "Collect at least" in capsys.readouterr().err

@@ -112,6 +112,53 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_covariates(items: Sequence[str] | None) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"covariate {item!r} must be NAME=VALUE")
+        out[name.strip()] = float(value)
+    return out
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from . import open_errors, select
+
+    ds = open_errors(args.errors)
+    stat: str | tuple[str, ...] = (args.statistic, "bias") if args.bias else args.statistic
+    by = ("op", "dtype") if args.pool_hardware else ("op", "dtype", "hardware")
+    table = select(ds, fp_budget=args.fp_budget, confidence=args.confidence, method=args.method,
+                   statistic=stat, form=args.form, by=by)
+    table.to_json(args.output)
+    print(table)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _load_array(path: str) -> np.ndarray:
+    if path.endswith(".npz"):
+        with np.load(path) as z:
+            if len(z.files) != 1:
+                raise ValueError(f"{path}: expected one array in the .npz, found {z.files}")
+            return z[z.files[0]]
+    return np.load(path, allow_pickle=False)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from . import check, load_table
+
+    table = load_table(args.table)
+    res = check(_load_array(args.actual), _load_array(args.expected), op=args.op,
+                dtype=args.dtype, table=table, hardware=args.hardware,
+                covariates=_parse_covariates(args.cov))
+    print(res.message() if not res.passed else
+          f"PASS {args.op}/{res.dtype}: " + ", ".join(
+              f"{k}={v:.4g} <= {res.thresholds[k]:.4g} ({100 * res.ratios[k]:.1f}% of threshold)"
+              for k, v in res.statistics.items()))
+    return 0 if res.passed else 1
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from .report import write_report
 
@@ -152,6 +199,28 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--quick", action="store_true")
     c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     c.set_defaults(func=_cmd_collect)
+    k = sub.add_parser("calibrate", help="select thresholds under a false-positive budget -> TABLE.json")
+    k.add_argument("errors", help="error dataset (.nc or .zarr)")
+    k.add_argument("--fp-budget", type=float, required=True,
+                   help="largest probability that a check of a correct run fails")
+    k.add_argument("--confidence", type=float, default=0.95)
+    k.add_argument("--method", default="auto", choices=["auto", "order_statistic", "conformal", "evt"])
+    k.add_argument("--statistic", default="max_abs", choices=["max_abs", "max_ulp", "max_rel"])
+    k.add_argument("--form", default=None, choices=["allclose", "size_aware", "normalised", "baseline"],
+                   help="noise-scale model: thresholds that scale with |ref| and problem size")
+    k.add_argument("--bias", action="store_true", help="add the bias statistic (budget split)")
+    k.add_argument("--pool-hardware", action="store_true", help="one entry per (op, dtype) over all hardware")
+    k.add_argument("-o", "--output", required=True, help="TABLE.json")
+    k.set_defaults(func=_cmd_calibrate)
+    h = sub.add_parser("check", help="check a kernel output (.npy) against its reference with a table")
+    h.add_argument("actual", help=".npy (or single-array .npz) kernel output")
+    h.add_argument("expected", help=".npy float64 reference")
+    h.add_argument("--op", required=True)
+    h.add_argument("--dtype", required=True)
+    h.add_argument("--table", required=True)
+    h.add_argument("--hardware", default=None)
+    h.add_argument("--cov", action="append", metavar="NAME=VALUE", help="covariate, e.g. K=512")
+    h.set_defaults(func=_cmd_check)
     r = sub.add_parser("report", help="write a Markdown report (tables and plots) of an evaluation")
     r.add_argument("results", help="folder written by 'tolstat evaluate'")
     r.set_defaults(func=_cmd_report)
@@ -166,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, TypeError, FileNotFoundError) as exc:
+    except (ValueError, TypeError, KeyError, FileNotFoundError) as exc:
         print(f"tolstat: error: {exc}", file=sys.stderr)
         return 2
 

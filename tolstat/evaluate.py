@@ -167,7 +167,7 @@ class EvalConfig:
 
     ops: list[str] | None = None
     dtypes: tuple[str, ...] = ("float16", "bfloat16")
-    n_cal: int = 150
+    n_cal: int = 400
     n_test: int = 50
     fp_budget: float = 1e-2
     confidence: float = 0.95
@@ -179,8 +179,8 @@ class EvalConfig:
         """``"default"`` (the main job), ``"quick"`` (about a minute), ``"tiny"`` (tests)."""
         presets = {
             "default": {},
-            "quick": {"n_cal": 150, "n_test": 12, "quick": True},
-            "tiny": {"n_cal": 20, "n_test": 3, "quick": True, "fp_budget": 0.1},
+            "quick": {"n_cal": 400, "n_test": 12, "quick": True},
+            "tiny": {"n_cal": 40, "n_test": 3, "quick": True, "fp_budget": 0.1},
         }
         if name not in presets:
             raise ValueError(f"unknown preset {name!r}; choose from {sorted(presets)}")
