@@ -35,7 +35,7 @@ def _save(fig: Any, path: Path) -> Path:
 def plot_recall_fp(result: "EvalResult", path: str | os.PathLike[str]) -> Path:
     """Recall (all and detectable buggy checks) against realised false-positive rate."""
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig, ax = plt.subplots(figsize=(9, 5))
     markers = {"static": "s", "study": "^", "tolstat": "o"}
     for r in result.summary:
         x = 100 * r["fp_rate"]
@@ -50,8 +50,9 @@ def plot_recall_fp(result: "EvalResult", path: str | os.PathLike[str]) -> Path:
     ax.set_ylabel("recall on detectable buggy checks (%)  [hollow: all buggy]")
     ax.set_title("Recall vs false-positive rate (dotted: tolstat budgets)")
     ax.set_xscale("symlog", linthresh=0.1)
+    ax.set_xlim(left=0.0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     out = _save(fig, Path(path))
     plt.close(fig)
     return out
