@@ -174,7 +174,7 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Elementwise ULP distance between two arrays of the same 16-bit storage dtype.
 
     ``-0`` and ``+0`` are the same point; NaN against NaN is 0, NaN against anything
-    else is ``inf``.
+    else is ``inf`` (:func:`tolstat.metrics.ulp_distance` in the arrays' own dtype).
 
     Parameters
     ----------
@@ -188,17 +188,9 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """
     if a.dtype != b.dtype or a.dtype.itemsize != 2:
         raise TypeError("ulp_distance needs two arrays of the same 16-bit dtype")
+    from ..metrics import ulp_distance as _ulp
 
-    def ordered(x: np.ndarray) -> np.ndarray:
-        bits = x.view(np.uint16).astype(np.int64)
-        mag = bits & 0x7FFF
-        return np.where(bits & 0x8000, -mag, mag)
-
-    d = np.abs(ordered(a) - ordered(b)).astype(F64)
-    na = np.isnan(a.astype(F32))
-    nb = np.isnan(b.astype(F32))
-    d = np.where(na | nb, np.inf, d)
-    return np.where(na & nb, 0.0, d)
+    return _ulp(a, b, a.dtype)
 
 
 @dataclass(eq=False)
