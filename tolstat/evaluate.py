@@ -122,6 +122,10 @@ class StudyRule(Method):
             return 0.0 if mx == 0.0 else math.inf
         return mx / atol
 
+    def threshold_for(self, op: str, dtype: str) -> float | None:
+        """The calibrated atol of a group (for plots)."""
+        return self.atol.get((op, dtype))
+
     def describe(self) -> str:  # noqa: D102
         return f"atol = {self.factor:g} x p{self.percentile:g}(run max_abs) per (op, dtype)"
 
