@@ -109,3 +109,125 @@ def test_topk_and_kth():
         assert vals[i] == np.sort(x[i][~np.isnan(x[i])])[r[i] - 1]
     with pytest.raises(ValueError):
         topk_groups(x, 0)
+
+
+# --------------------------------------------------------------------------- radix path
+# Groups with >= quantile._RADIX_MIN_N values use the radix (ordered-key histogram)
+# selection; these tests force it on small inputs (and force deep digit refinement with
+# a tiny exact-selection cutoff) and compare with numpy bit for bit.
+import contextlib
+import importlib
+
+_qmod = importlib.import_module("tolstat.estimators.quantile")
+special = st.sampled_from(
+    [0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308, -1e-310, 1.0, -1.0, 1.0 + 2**-52,
+     1.0 - 2**-53, 3.0, -7.5, 1e300, -1e300, np.inf, -np.inf]
+)
+mixed = st.one_of(finite, tied, special, st.floats(allow_nan=False, width=64))
+
+
+@contextlib.contextmanager
+def radix_forced(small=0):
+    """Route every group through the radix path, finishing buckets of <= ``small`` exactly."""
+    saved = _qmod._RADIX_MIN_N, _qmod._RADIX_SMALL
+    _qmod._RADIX_MIN_N, _qmod._RADIX_SMALL = 1, small
+    try:
+        yield
+    finally:
+        _qmod._RADIX_MIN_N, _qmod._RADIX_SMALL = saved
+
+
+def _assert_numpy_parity(x, q, methods=METHODS):
+    """Row-wise parity with numpy.(nan)quantile (values; NaN == NaN; -0.0 == +0.0)."""
+    for m in methods:
+        out, n = quantile_groups(x, q, method=m)
+        for i in range(x.shape[0]):
+            v = x[i][~np.isnan(x[i])]
+            assert n[i] == v.size
+            if v.size == 0:
+                assert np.all(np.isnan(out[i]))
+                continue
+            with np.errstate(invalid="ignore"):
+                ref = np.quantile(v, q, method=m)
+            np.testing.assert_array_equal(out[i], ref, err_msg=f"method={m} row={i}")
+
+
+@settings(max_examples=150, deadline=None)
+@given(x=hnp.arrays(np.float64, st.integers(1, 300), elements=mixed), q=probs,
+       small=st.sampled_from([0, 3, 64]))
+def test_radix_bit_parity_special_values(x, q, small):
+    with radix_forced(small):
+        _assert_numpy_parity(x[None, :], q)
+
+
+@settings(max_examples=100, deadline=None)
+@given(x=hnp.arrays(np.float64, st.integers(1, 200), elements=tied), q=probs,
+       small=st.sampled_from([0, 5]))
+def test_radix_parity_with_ties(x, q, small):
+    with radix_forced(small):
+        _assert_numpy_parity(x[None, :], q)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    x=hnp.arrays(np.float64, st.tuples(st.integers(1, 4), st.integers(1, 120)),
+                 elements=st.one_of(mixed, st.just(np.nan))),
+    q=probs,
+)
+def test_radix_nan_omit_rows(x, q):
+    with radix_forced():
+        _assert_numpy_parity(x, q)
+
+
+def test_radix_signed_zero_values():
+    # -0.0 sorts just below +0.0 in key order: values equal numpy's (== compares zeros equal)
+    x = np.array([[0.0, -0.0, 0.0, -0.0, 1.0, -1.0, -0.0]])
+    for small in (0, 2, 100):
+        with radix_forced(small):
+            _assert_numpy_parity(x, np.linspace(0, 1, 13))
+
+
+def test_radix_large_groups_default_cutoffs():
+    # the default thresholds: large normal, uniform (one dominant top digit), lattice,
+    # all-equal, subnormal-only and NaN-padded rows of unequal length
+    rng = np.random.default_rng(5)
+    n = 3 * _qmod._RADIX_MIN_N + 17
+    rows = [
+        rng.standard_normal(n),
+        rng.uniform(1.0, 2.0, n),
+        rng.uniform(0.0, 1.0, n),
+        rng.integers(-2, 3, n).astype(float),
+        np.full(n, -3.25),
+        rng.integers(1, 50, n) * 5e-324,
+        np.where(rng.random(n) < 0.01, np.inf, rng.exponential(1.0, n)),
+        -np.abs(rng.standard_normal(n)),
+    ]
+    x = np.vstack(rows)
+    x[0, n // 2:] = np.nan
+    x[3, ::7] = np.nan
+    q = [0.0, 1e-3, 0.25, 0.5, 0.5 + 1e-9, 0.9, 0.99, 0.999, 1.0]
+    _assert_numpy_parity(x, q)
+    x[2, :] = np.nan  # an all-NaN row among radix rows
+    _assert_numpy_parity(x, q, methods=["linear"])
+
+
+@pytest.mark.parametrize("q", [1e-6, 0.3, 0.9])
+def test_pot_radix_kernel_matches_copying_kernel(q):
+    # the long-row POT kernel selects the threshold by radix selection: same u, zeta and
+    # n_exceed as the copying kernel; the MLE sees the exceedances in another order
+    evt = importlib.import_module("tolstat.estimators.evt")
+    rng = np.random.default_rng(7)
+    n = 5000
+    x = np.vstack([rng.exponential(1.0, n), np.abs(rng.standard_normal(n)),
+                   rng.integers(0, 4, n).astype(float), np.full(n, 2.5), rng.pareto(3.0, n),
+                   rng.uniform(0, 1, n), rng.integers(1, 9, n) * 5e-324])
+    x[1, 3000:] = np.nan
+    x[5, 10:] = np.nan
+    for zs in (False, True):
+        ref, n_ref = evt._pot_groups_kernel(x.copy(), 0.1, 30, q, zs, 4)
+        for small in (0, 16, 512):
+            got, n_got = evt._pot_groups_radix_kernel(x, x.view(np.int64), 0.1, 30, q, zs, 4, small)
+            np.testing.assert_array_equal(n_got, n_ref)
+            np.testing.assert_array_equal(got[:, [0, 3, 4]], ref[:, [0, 3, 4]])  # u, zeta, n_exceed
+            np.testing.assert_allclose(got, ref, rtol=1e-6, atol=0, equal_nan=True)
+            np.testing.assert_allclose(got[:, 5], ref[:, 5], rtol=1e-11, equal_nan=True)  # loglik

@@ -65,6 +65,31 @@ def _count_negative(a):
     return c
 
 
+@njit(cache=True, parallel=True)
+def _any_inf(a):
+    c = 0
+    for i in prange(a.shape[0]):
+        if np.isinf(a[i]):
+            c += 1
+    return c > 0
+
+
+@njit(cache=True, parallel=True)
+def _gather_groups(vals, order, starts, grid):
+    """grid[g] = the rows ``order[starts[g]:starts[g+1]]`` of ``vals`` back to back, NaN padded."""
+    width = vals.shape[1]
+    for g in prange(grid.shape[0]):
+        n = starts[g + 1] - starts[g]
+        row = grid[g]
+        for r in range(n):
+            src = vals[order[starts[g] + r]]
+            off = r * width
+            for j in range(width):
+                row[off + j] = src[j]
+        for j in range(n * width, row.shape[0]):
+            row[j] = np.nan
+
+
 def group_values(errors: xr.Dataset, statistic: str = "max_abs") -> tuple[xr.DataArray, xr.DataArray]:
     """The chosen statistic as a NaN-padded DataArray (op, dtype, hardware, obs).
 
@@ -126,12 +151,10 @@ def group_values(errors: xr.Dataset, statistic: str = "max_abs") -> tuple[xr.Dat
     if present.all() and contiguous and np.all(counts == counts[0]) and vals.flags.c_contiguous:
         grid = vals.reshape(shape + (nobs,))  # a view: no copy
     else:
-        grid = np.full((G, nobs), np.nan)
-        order = np.argsort(gid, kind="stable")
-        starts = np.concatenate([[0], np.cumsum(counts)])
-        for g in np.flatnonzero(present):
-            rows = order[starts[g]:starts[g + 1]]
-            grid[g, : rows.size * width] = vals[rows].reshape(-1)
+        grid = np.empty((G, nobs))
+        order = np.argsort(gid, kind="stable").astype(np.int64)
+        starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        _gather_groups(np.ascontiguousarray(vals), order, starts, grid)
         grid = grid.reshape(shape + (nobs,))
     coords = {d: u for d, u in zip(GROUP_DIMS, uniq)}
     da = xr.DataArray(grid, dims=GROUP_DIMS + ("obs",), coords=coords, name=statistic)
@@ -281,14 +304,15 @@ def fit(errors: xr.Dataset, *, method: str, statistic: str = "max_abs", chunks: 
             i = int(np.flatnonzero(small.ravel())[0])
             raise ValueError(f"group ({_group_name(present, i)}) has n = {int(n.ravel()[i])} values, too few for a "
                              f"POT/GPD fit with min_exceedances={mexc}: need n >= {mexc + 1}")
-        if np.isinf(np.asarray(da.values)).any():
+        if _any_inf(np.asarray(da.values).reshape(-1)):
             raise ValueError(f"{statistic} has infinite values (non-finite kernel output); a GPD tail cannot be "
                              "fitted — use 'empirical' or 'order_statistic'")
         q = float(settings["q"])
         tf = float(settings["tail_fraction"])
         use_zs = int(max(mexc, math.ceil(tf * max(int(n.max()), 1))) <= 2000)
-        params, _ = apply(lambda a: _evt.pot_fit_groups(a, q, tail_fraction=tf, min_exceedances=mexc,
-                                                         zs_start=bool(use_zs)),
+        _evt._check_pot_args(q, tf, mexc)
+        # values are checked above (finite) and in group_values (nonnegative): no re-scan
+        params, _ = apply(lambda a: _evt._pot_groups_dispatch(a, q, tf, mexc, int(bool(use_zs))),
                           [["param"], []], {"param": len(_evt.POT_FIELDS)})
         for j, name in enumerate(_evt.POT_FIELDS):
             key = "threshold" if name == "return_level" else name

@@ -51,7 +51,20 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from .quantile import _copy_valid, _fr_select
+from . import quantile as _q
+from .quantile import (
+    _ABS,
+    _INF_BITS,
+    _RADIX_MASK,
+    _RADIX_NB,
+    _SIGN,
+    _copy_valid,
+    _fr_select,
+    _radix_hist_row,
+    _radix_plan,
+    _radix_refine,
+    _radix_select,
+)
 
 __all__ = [
     "GPDFit",
@@ -76,6 +89,8 @@ POT_FIELDS = ("u", "sigma", "xi", "zeta", "n_exceed", "loglik", "endpoint", "ret
 GEV_FIELDS = ("mu", "sigma", "xi", "loglik", "endpoint", "return_level")
 
 _XI_ZERO = 1e-12
+#: rows at least this long use the radix-selection POT kernel (no copy of the row)
+_POT_RADIX_MIN_N = 1 << 16
 
 
 # --------------------------------------------------------------------------- GPD core
@@ -334,6 +349,109 @@ def _pot_groups_kernel(x, tail_fraction, min_exc, q, use_zs, nblocks):
             m = _copy_valid(x[i], buf)
             nvalid[i] = m
             _pot_core(buf, m, tail_fraction, min_exc, q, use_zs, out[i])
+    return out, nvalid
+
+
+@njit(cache=True, nogil=True)
+def _key_value(k):
+    """float64 value of an ordered key (inverse of the radix key map)."""
+    b = k ^ _SIGN if k < 0 else ~k
+    return np.array([b], np.int64).view(np.float64)[0]
+
+
+@njit(cache=True, parallel=True)
+def _pot_groups_radix_kernel(x, xb, tail_fraction, min_exc, q, use_zs, nblocks, small):
+    """As :func:`_pot_groups_kernel` for long rows, without copying the row: the threshold
+    ``u`` (the (m-k-1)-th smallest) is found by radix selection (quantile module), and the
+    same gather pass collects the values of the digit buckets above u's bucket (all of
+    them exceed u) plus u's bucket, which is filtered once u is known. Same u, n_exceed
+    and zeta as the copying kernel; the exceedances are summed in another order."""
+    g = x.shape[0]
+    out = np.empty((g, 8), np.float64)
+    nvalid = np.empty(g, np.int64)
+    per = (g + nblocks - 1) // nblocks
+    for blk in prange(nblocks):
+        hist = np.empty(_RADIX_NB, np.int64)
+        pos = np.full(_RADIX_NB, -1, np.int64)
+        stk = np.empty((4, 9), np.int64)
+        R = np.empty(1, np.int64)
+        res = np.empty(1, np.int64)
+        b1 = np.empty(1, np.int64)
+        b2 = np.empty(1, np.int64)
+        yc = np.empty(1, np.float64)
+        ybuf = np.empty(1, np.float64)
+        for i in range(blk * per, min(g, (blk + 1) * per)):
+            rb = xb[i]
+            row = x[i]
+            o = out[i]
+            for j in range(8):
+                o[j] = np.nan
+            m = _radix_hist_row(rb, hist)
+            nvalid[i] = m
+            if m < min_exc + 1:
+                continue
+            k = max(min_exc, int(math.ceil(tail_fraction * m)))
+            if k > m - 1:
+                k = m - 1
+            R[0] = m - k - 1
+            nt, tot = _radix_plan(hist, R, 1, pos, stk)
+            du = stk[0, 8]
+            pos[du] = -1
+            if tot > b1.shape[0]:
+                b1 = np.empty(tot, np.int64)
+                b2 = np.empty(tot, np.int64)
+                yc = np.empty(tot, np.float64)
+            if k > ybuf.shape[0]:
+                ybuf = np.empty(k, np.float64)
+            nh = 0
+            c = 0
+            for t in range(rb.shape[0]):
+                b = rb[t]
+                if (b & _ABS) > _INF_BITS:
+                    continue
+                key = b ^ ((b >> 63) | _SIGN)
+                d = (key >> 52) & _RADIX_MASK
+                if d > du:
+                    ybuf[nh] = row[t]
+                    nh += 1
+                elif d == du:
+                    b1[c] = key
+                    yc[c] = row[t]
+                    c += 1
+            _radix_refine(nt, R, res, b1, b2, hist, pos, stk, small)
+            u = _key_value(res[0])
+            for t in range(c):
+                if yc[t] > u:
+                    ybuf[nh] = yc[t]
+                    nh += 1
+            for t in range(nh):
+                ybuf[t] = ybuf[t] - u
+            ne = nh
+            y = ybuf[:ne]
+            sigma, xi, ll = _gpd_mle_core(y, ne, use_zs)
+            zeta = ne / m
+            o[0] = u
+            o[1] = sigma
+            o[2] = xi
+            o[3] = zeta
+            o[4] = ne
+            o[5] = ll
+            o[6] = u - sigma / xi if xi < 0.0 else np.inf
+            if ne == 0:
+                o[6] = u
+            if q < zeta:
+                o[7] = _return_level(u, sigma, xi, zeta, q)
+            else:
+                # inside the data: empirical (1 - q)-quantile, numpy 'higher'
+                _radix_hist_row(rb, hist)
+                R[0] = int(math.ceil((m - 1) * (1.0 - q)))
+                nt, tot = _radix_plan(hist, R, 1, pos, stk)
+                if tot > b1.shape[0]:
+                    b1 = np.empty(tot, np.int64)
+                    b2 = np.empty(tot, np.int64)
+                    yc = np.empty(tot, np.float64)
+                _radix_select(rb, nt, R, res, b1, b2, hist, pos, stk, small)
+                o[7] = _key_value(res[0])
     return out, nvalid
 
 
@@ -715,12 +833,7 @@ def pot_fit_groups(
         Valid values per group.
     """
     q = float(q)
-    if not 0 < q < 1:
-        raise ValueError(f"q must lie in (0, 1), got {q}")
-    if not 0 < tail_fraction < 1:
-        raise ValueError(f"tail_fraction must lie in (0, 1), got {tail_fraction}")
-    if int(min_exceedances) < 2:
-        raise ValueError("min_exceedances must be >= 2")
+    _check_pot_args(q, tail_fraction, min_exceedances)
     a = _groups(x)
     if np.any(np.isinf(a)):
         raise ValueError("values contain inf (non-finite kernel output); a GPD tail cannot be fitted")
@@ -730,11 +843,23 @@ def pot_fit_groups(
     return _pot_groups_dispatch(a, q, float(tail_fraction), int(min_exceedances), use_zs)
 
 
+def _check_pot_args(q, tail_fraction, min_exceedances) -> None:
+    if not 0 < q < 1:
+        raise ValueError(f"q must lie in (0, 1), got {q}")
+    if not 0 < tail_fraction < 1:
+        raise ValueError(f"tail_fraction must lie in (0, 1), got {tail_fraction}")
+    if int(min_exceedances) < 2:
+        raise ValueError("min_exceedances must be >= 2")
+
+
 def _pot_groups_dispatch(a, q, tail_fraction, min_exc, use_zs):
     if use_zs < 0:
         # default: ZS start when the tail is small (decided per call on the largest group)
         n_max = int(np.max(np.sum(~np.isnan(a), axis=1))) if a.size else 0
         use_zs = int(max(min_exc, math.ceil(tail_fraction * n_max)) <= 2000)
+    if a.shape[1] >= _POT_RADIX_MIN_N:
+        return _pot_groups_radix_kernel(a, a.view(np.int64), tail_fraction, min_exc, q, bool(use_zs),
+                                        _nblocks(a.shape[0]), _q._RADIX_SMALL)
     return _pot_groups_kernel(a, tail_fraction, min_exc, q, bool(use_zs), _nblocks(a.shape[0]))
 
 

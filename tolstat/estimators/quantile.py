@@ -223,6 +223,288 @@ def _quantile_groups_kernel(x, qs, method, nblocks):
     return out, nvalid
 
 
+# --------------------------------------------------------------------------- radix select
+# Large groups use a most-significant-digit radix selection on the float's ordered-integer
+# key (``bits ^ ((bits >> 63) | SIGN)`` orders like the floats, -0.0 just below +0.0, and is
+# compared as unsigned; the digits are 12 bits wide). One pass over the row builds the
+# histogram of the top digit (NaNs skipped); a second pass gathers only the values of the
+# digit buckets that hold a needed order statistic (all ranks of all ``p`` share these two
+# passes); each gathered bucket is refined on the next digit the same way (two scratch
+# buffers, the child regions nest inside their parent's range) until it is small, where an
+# exact Floyd-Rivest selection on the keys finishes. Within a gathered bucket the keys share
+# their top bit, so signed comparison of the int64 keys is the unsigned order.
+_RADIX_BITS = 12
+_RADIX_NB = 1 << _RADIX_BITS
+_RADIX_MASK = _RADIX_NB - 1
+_SIGN = np.int64(-0x8000000000000000)
+_ABS = np.int64(0x7FFFFFFFFFFFFFFF)
+_INF_BITS = np.int64(0x7FF0000000000000)
+#: groups with at least this many values use the radix path (read at call time)
+_RADIX_MIN_N = 1024
+#: buckets up to this size are finished by exact selection instead of another digit
+_RADIX_SMALL = 512
+
+
+@njit(cache=True, nogil=True)
+def _radix_hist_row(rb, hist):
+    """Histogram of the top key digit of the non-NaN values of ``rb`` (float bits); count."""
+    for d in range(hist.shape[0]):
+        hist[d] = 0
+    m = 0
+    for i in range(rb.shape[0]):
+        b = rb[i]
+        if (b & _ABS) > _INF_BITS:
+            continue
+        k = b ^ ((b >> 63) | _SIGN)
+        hist[(k >> 52) & _RADIX_MASK] += 1
+        m += 1
+    return m
+
+
+@njit(cache=True, nogil=True)
+def _select_keys(a, lo, hi, R, ja, jb, base, res):
+    """Exact: ``res[j]`` = the key of local rank ``R[j] - base`` of ``a[lo:hi+1]``."""
+    start = lo
+    last = -2
+    for j in range(ja, jb):
+        k = lo + R[j] - base
+        if k == last + 1:
+            best = k
+            for u in range(k + 1, hi + 1):
+                if a[u] < a[best]:
+                    best = u
+            a[k], a[best] = a[best], a[k]
+        else:
+            _fr_select(a, start, hi, k)
+        res[j] = a[k]
+        start = k + 1
+        last = k
+
+
+@njit(cache=True, nogil=True)
+def _radix_plan(hist, R, nr, pos, stk):
+    """Top digit: the buckets holding the ranks ``R[0:nr]``, as tasks on ``stk`` whose
+    regions lie back to back from 0; ``pos[d]`` = start of bucket ``d``'s region.
+    Returns (number of tasks, total size of the regions)."""
+    nt = 0
+    j = 0
+    cum = 0
+    tot = 0
+    for d in range(_RADIX_NB):
+        c = hist[d]
+        if c == 0:
+            continue
+        if R[j] < cum + c:
+            ja = j
+            while j < nr and R[j] < cum + c:
+                j += 1
+            pos[d] = tot
+            stk[nt, 0] = 1
+            stk[nt, 1] = tot
+            stk[nt, 2] = c
+            stk[nt, 3] = 52 - _RADIX_BITS
+            stk[nt, 4] = ja
+            stk[nt, 5] = j
+            stk[nt, 6] = cum
+            stk[nt, 7] = 0
+            stk[nt, 8] = d
+            nt += 1
+            tot += c
+            if j == nr:
+                break
+        cum += c
+    return nt, tot
+
+
+@njit(cache=True, nogil=True)
+def _radix_select(rb, nt, R, res, b1, b2, hist, pos, stk, small):
+    """Keys of the order statistics ``R`` (sorted, unique, 0-based) of the non-NaN values
+    of ``rb`` (float64 bits) into ``res``, for the ``nt`` top-digit tasks planned by
+    :func:`_radix_plan` (``b1`` and ``b2`` hold at least their total size). ``pos`` is
+    all -1 on exit."""
+    for i in range(rb.shape[0]):
+        b = rb[i]
+        if (b & _ABS) > _INF_BITS:
+            continue
+        k = b ^ ((b >> 63) | _SIGN)
+        d = (k >> 52) & _RADIX_MASK
+        p = pos[d]
+        if p >= 0:
+            b1[p] = k
+            pos[d] = p + 1
+    for t in range(nt):
+        pos[stk[t, 8]] = -1
+    _radix_refine(nt, R, res, b1, b2, hist, pos, stk, small)
+
+
+@njit(cache=True, nogil=True)
+def _radix_refine(nt, R, res, b1, b2, hist, pos, stk, small):
+    """Finish the ``nt`` tasks on ``stk`` (regions gathered as keys into ``b1``): refine on
+    the next digits, then exact selection; ``res[j]`` = key of rank ``R[j]``."""
+    while nt > 0:
+        nt -= 1
+        src_id = stk[nt, 0]
+        lo = stk[nt, 1]
+        cnt = stk[nt, 2]
+        shift = stk[nt, 3]
+        ja = stk[nt, 4]
+        jb = stk[nt, 5]
+        base = stk[nt, 6]
+        stalls = stk[nt, 7]
+        src = b1 if src_id == 1 else b2
+        dst = b2 if src_id == 1 else b1
+        if shift < 0:  # all keys of the region are equal
+            for jj in range(ja, jb):
+                res[jj] = src[lo]
+            continue
+        if cnt <= small or stalls >= 2:
+            _select_keys(src, lo, lo + cnt - 1, R, ja, jb, base, res)
+            continue
+        for d in range(_RADIX_NB):
+            hist[d] = 0
+        for i in range(lo, lo + cnt):
+            hist[(src[i] >> shift) & _RADIX_MASK] += 1
+        nshift = shift - _RADIX_BITS if shift >= _RADIX_BITS else (0 if shift > 0 else -1)
+        first = nt
+        ngather = 0
+        j = ja
+        cum = 0
+        for d in range(_RADIX_NB):
+            c = hist[d]
+            if c == 0:
+                continue
+            if R[j] - base < cum + c:
+                js = j
+                while j < jb and R[j] - base < cum + c:
+                    j += 1
+                if c == cnt:  # the digit does not split the region: next digit in place
+                    stk[nt, 0] = src_id
+                    stk[nt, 1] = lo
+                    stk[nt, 7] = stalls + 1
+                    stk[nt, 8] = -1
+                else:
+                    pos[d] = lo + cum
+                    stk[nt, 0] = 3 - src_id
+                    stk[nt, 1] = lo + cum
+                    stk[nt, 7] = 0
+                    stk[nt, 8] = d
+                    ngather += 1
+                stk[nt, 2] = c
+                stk[nt, 3] = nshift
+                stk[nt, 4] = js
+                stk[nt, 5] = j
+                stk[nt, 6] = base + cum
+                nt += 1
+                if j == jb:
+                    break
+            cum += c
+        if ngather > 0:
+            for i in range(lo, lo + cnt):
+                k = src[i]
+                d = (k >> shift) & _RADIX_MASK
+                p = pos[d]
+                if p >= 0:
+                    dst[p] = k
+                    pos[d] = p + 1
+            for t in range(first, nt):
+                if stk[t, 8] >= 0:
+                    pos[stk[t, 8]] = -1
+
+
+@njit(cache=True, nogil=True)
+def _quantile_positions(m, qs, method, lo_idx, hi_idx, gam):
+    """numpy's order-statistic positions (0-based) and weights for ``m`` values."""
+    for j in range(qs.shape[0]):
+        v = (m - 1) * qs[j]
+        if method == 0:
+            prev = math.floor(v)
+            if v >= m - 1:
+                lo_idx[j] = m - 1
+                hi_idx[j] = m - 1
+                gam[j] = v + 1.0  # numpy sets previous index to -1 here
+            else:
+                lo_idx[j] = int(prev)
+                hi_idx[j] = int(prev) + 1
+                gam[j] = v - prev
+        elif method == 1:
+            lo_idx[j] = int(math.floor(v))
+            hi_idx[j] = lo_idx[j]
+        elif method == 2:
+            lo_idx[j] = int(math.ceil(v))
+            hi_idx[j] = lo_idx[j]
+        else:
+            lo_idx[j] = int(np.rint(v))
+            hi_idx[j] = lo_idx[j]
+
+
+@njit(cache=True, nogil=True)
+def _interp(a, b, t, method):
+    if method != 0:
+        return a
+    d = b - a
+    if t >= 0.5:
+        return b - d * (1.0 - t)
+    return a + d * t
+
+
+@njit(cache=True, parallel=True)
+def _quantile_groups_radix_kernel(x, xb, qs, method, nblocks, radix_min, small):
+    """As :func:`_quantile_groups_kernel`; rows with at least ``radix_min`` valid values
+    use the radix selection (``xb`` is ``x`` viewed as int64)."""
+    g = x.shape[0]
+    n = x.shape[1]
+    nq = qs.shape[0]
+    out = np.empty((g, nq), np.float64)
+    nvalid = np.empty(g, np.int64)
+    per = (g + nblocks - 1) // nblocks
+    for blk in prange(nblocks):
+        b1 = np.empty(min(n, 1 << 16), np.int64)
+        b2 = np.empty(b1.shape[0], np.int64)
+        buf = np.empty(min(n, radix_min), np.float64)
+        hist = np.empty(_RADIX_NB, np.int64)
+        pos = np.full(_RADIX_NB, -1, np.int64)
+        stk = np.empty((2 * nq + 2, 9), np.int64)
+        lo_idx = np.empty(nq, np.int64)
+        hi_idx = np.empty(nq, np.int64)
+        gam = np.empty(nq, np.float64)
+        need = np.empty(2 * nq, np.int64)
+        R = np.empty(2 * nq, np.int64)
+        res = np.empty(2 * nq, np.int64)
+        vals = res.view(np.float64)
+        for i in range(blk * per, min(g, (blk + 1) * per)):
+            m = _radix_hist_row(xb[i], hist)
+            nvalid[i] = m
+            if m == 0:
+                out[i, :] = np.nan
+                continue
+            if m < radix_min:
+                _copy_valid(x[i], buf)
+                _quantiles_of_buffer(buf, m, qs, method, out[i])
+                continue
+            _quantile_positions(m, qs, method, lo_idx, hi_idx, gam)
+            need[:nq] = lo_idx
+            need[nq:] = hi_idx
+            need.sort()
+            nr = 0
+            for t in range(2 * nq):
+                if nr == 0 or need[t] != R[nr - 1]:
+                    R[nr] = need[t]
+                    nr += 1
+            nt, tot = _radix_plan(hist, R, nr, pos, stk)
+            if tot > b1.shape[0]:  # scratch grows to the largest gathered set
+                b1 = np.empty(tot, np.int64)
+                b2 = np.empty(tot, np.int64)
+            _radix_select(xb[i], nt, R, res, b1, b2, hist, pos, stk, small)
+            for t in range(nr):
+                k = res[t]
+                res[t] = k ^ _SIGN if k < 0 else ~k
+            for j in range(nq):
+                ia = np.searchsorted(R[:nr], lo_idx[j])
+                ib = np.searchsorted(R[:nr], hi_idx[j])
+                out[i, j] = _interp(vals[ia], vals[ib], gam[j], method)
+    return out, nvalid
+
+
 @njit(cache=True, parallel=True)
 def _kth_groups_kernel(x, ranks, nblocks):
     """``ranks[i]``-th smallest (1-based) valid value of row i; NaN when out of range."""
@@ -332,7 +614,12 @@ def quantile_groups(
         raise ValueError(f"nan_policy must be one of {NAN_POLICIES}, got {nan_policy!r}")
     a = _as_groups(x)
     q, _ = _check_probs(p)
-    out, nvalid = _quantile_groups_kernel(a, q, QUANTILE_METHODS[method], _nblocks(a.shape[0]))
+    code = QUANTILE_METHODS[method]
+    if a.shape[1] >= _RADIX_MIN_N:
+        out, nvalid = _quantile_groups_radix_kernel(
+            a, a.view(np.int64), q, code, _nblocks(a.shape[0]), _RADIX_MIN_N, _RADIX_SMALL)
+    else:
+        out, nvalid = _quantile_groups_kernel(a, q, code, _nblocks(a.shape[0]))
     _check_nan_policy(nan_policy, nvalid, a.shape[1])
     return out, nvalid
 
