@@ -243,3 +243,19 @@ def test_pareto_front_makes_normalised_max_exact():
         assert 1 <= int(ds.n_frontier[0]) <= 512
         # the non-front part is still a uniform random sample: no duplicates
         assert len(np.unique(ds.sample_ref.values[0])) > 1000
+
+
+def test_long_front_keeps_hull_allclose_maxima_exact():
+    """Error proportional to |ref| puts most elements on the front; the hull keeps exactness."""
+    rng = np.random.default_rng(12)
+    e = rng.uniform(0.5, 100.0, 50000) * rng.choice([-1.0, 1.0], 50000)
+    a = (e * (1 + 1e-3)).astype(np.float32)  # a scale bug-like error plus float32 rounding
+    ds = tolstat.from_pairs([(a, e)], op="x", dtype="float32", hardware="h", sample_size=512)
+    m = tolstat.error_metrics(a, e)
+    assert int(ds.n_frontier[0]) > 256  # the front was truncated
+    s_abs, s_ref = ds.sample_abs.values[0], ds.sample_ref.values[0]
+    for atol, rtol in [(0.0, 1.0), (1e-3, 1e-3), (1.0, 1e-6), (1e-2, 1e-4), (10.0, 1.0)]:
+        full = np.max(m.abs / (atol + rtol * m.ref_abs))
+        samp = np.nanmax(s_abs / (atol + rtol * s_ref))
+        assert samp == full, (atol, rtol)
+    assert np.nanmax(s_abs) == m.abs.max()

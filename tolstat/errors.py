@@ -11,6 +11,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+import numba
 import numpy as np
 import xarray as xr
 
@@ -150,9 +151,15 @@ def summarize_run(
         rng = np.random.default_rng() if rng is None else rng
         front = pareto_frontier(abs_e, metrics.ref_abs)
         n_front = int(front.size)
-        keep = front[: sample_size // 2] if front.size > sample_size // 2 else front
-        if front.size > keep.size:  # pathological: keep the largest-|d| part of the front
-            keep = front[np.argsort(-abs_e[front], kind="stable")[: sample_size // 2]]
+        keep = front
+        if front.size > sample_size // 2:
+            # a long front (error ~ proportional to |ref|): keep its upper convex hull,
+            # which holds the run maximum of every score |d| / (a + b*|ref|), then the
+            # largest-|d| rest of the front
+            hull = upper_hull(front, abs_e, metrics.ref_abs)
+            rest = np.setdiff1d(front, hull, assume_unique=True)
+            rest = rest[np.argsort(-abs_e[rest], kind="stable")]
+            keep = np.concatenate([hull, rest])[: max(sample_size // 2, min(hull.size, sample_size))]
         rest = rng.choice(n - keep.size, size=sample_size - keep.size, replace=False)
         # map draws from the complement of `keep` back to element indices
         ks = np.sort(keep)
@@ -204,6 +211,44 @@ def pareto_frontier(abs_err: np.ndarray, ref_abs: np.ndarray) -> np.ndarray:
     d = abs_err[order]
     prev = np.maximum.accumulate(np.concatenate([[-np.inf], d[:-1]]))
     return np.sort(order[d > prev])
+
+
+@numba.njit(cache=True)
+def _hull_chain(r: np.ndarray, d: np.ndarray) -> np.ndarray:  # pragma: no cover - numba
+    """Monotone-chain upper hull of points sorted by r (ties: larger d first)."""
+    n = r.size
+    out = np.empty(n, dtype=np.int64)
+    m = 0
+    for i in range(n):
+        while m >= 2:
+            a = out[m - 2]
+            b = out[m - 1]
+            cross = (r[b] - r[a]) * (d[i] - d[a]) - (d[b] - d[a]) * (r[i] - r[a])
+            if cross >= 0.0:  # b is not strictly above the chord a-i: drop it
+                m -= 1
+            else:
+                break
+        out[m] = i
+        m += 1
+    return out[:m]
+
+
+def upper_hull(front: np.ndarray, abs_err: np.ndarray, ref_abs: np.ndarray) -> np.ndarray:
+    """Elements of a Pareto front on the upper convex hull of its (|ref|, |d|) points.
+
+    For ``lam >= 0`` the maximum of ``|d| / (lam + |ref|)`` over the run -- the score of
+    every scale model affine in ``|ref|`` within a run (allclose, size-aware, normalised
+    with run-level covariates) -- is attained at a tangent point from ``(-lam, 0)``,
+    which is a vertex of this hull. Non-finite points are always kept.
+    """
+    r = ref_abs[front]
+    d = abs_err[front]
+    finite = np.isfinite(r) & np.isfinite(d)
+    fr = front[finite]
+    order = np.lexsort((-d[finite], r[finite]))
+    fr = fr[order]
+    chain = _hull_chain(ref_abs[fr].astype(np.float64), abs_err[fr].astype(np.float64))
+    return np.sort(np.concatenate([fr[chain], front[~finite]]))
 
 
 def _label_value(name: Any, v: Any) -> str:

@@ -11,9 +11,11 @@ and :func:`tolstat.select` calibrates a threshold ``c`` of the score to the
 false-positive budget. Because every model here is non-decreasing in ``|ref|``, the score
 increases with ``|d|`` and does not increase with ``|ref|``; its run maximum is therefore
 attained on the run's (largest ``|d|``, smallest ``|ref|``) Pareto front, which the error
-dataset always keeps in its element sample (``errors.pareto_frontier``). Run scores
-computed from the stored sample are thus *exact*, not estimates, whenever the front was
-kept whole (``n_frontier <= n_sample / 2``).
+dataset keeps in its element sample (``errors.pareto_frontier``). Within a run every
+model here is affine in ``|ref|`` (``A + B*|ref|``, ``A, B >= 0``), so the maximum is even
+attained on the front's upper convex hull (``errors.upper_hull``), which the sample keeps
+when the front itself is too long. Run scores computed from the stored sample are thus
+*exact*, not estimates.
 
 The model form (one class, :class:`ScaleModel`)::
 
@@ -476,15 +478,18 @@ def run_scores(ds: Any, model: ScaleModel | None, statistic: str = "max_abs") ->
     With ``model=None`` the plain run statistic (``max_abs``, ``max_ulp`` or
     ``max_rel``) is returned. Otherwise the normalised score
     ``max_i |d_i| / s(|ref_i|, covariates)`` is computed from the element sample; it is
-    exact (equal to the maximum over the whole output) for runs whose Pareto front was
-    kept whole, since ``s`` is non-decreasing in ``|ref|`` (module docstring).
+    exact (equal to the maximum over the whole output): ``s`` is affine in ``|ref|``
+    within a run and the sample keeps the front or its upper convex hull (module
+    docstring).
 
     Returns
     -------
     scores : ndarray
         One per run (``inf`` for runs with non-finite output).
     n_inexact : int
-        Runs whose front was truncated (their score is a lower bound).
+        Runs whose score may be a lower bound: those with a truncated front whose
+        sample could not hold the whole convex hull (none in datasets written by
+        this version of tolstat; kept for datasets from elsewhere).
     """
     if model is None:
         if statistic not in ("max_abs", "max_ulp", "max_rel"):
@@ -503,7 +508,9 @@ def run_scores(ds: Any, model: ScaleModel | None, statistic: str = "max_abs") ->
     out = np.maximum(out, 0.0)
     nel = np.asarray(ds["n_elements"].values)
     nf = np.asarray(ds["n_frontier"].values)
-    inexact = (nel > ns) & (nf > ns // 2)
+    # a truncated front keeps its hull (at most the whole sample): exact unless the
+    # sample is entirely front points, where the hull may not have fitted
+    inexact = (nel > ns) & (nf > ns // 2) & (nf >= ns)
     return out, int(inexact.sum())
 
 
