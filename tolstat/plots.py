@@ -73,7 +73,9 @@ def plot_error_histograms(result: "EvalResult", path: str | os.PathLike[str], dt
         if v.size == 0:
             ax.set_title(f"{op} ({dtype}): no data")
             continue
-        bins = np.logspace(np.log10(v.min()) - 0.1, np.log10(v.max()) + 0.6, 40)
+        lo = max(v.min(), v.max() * 1e-9)  # a few underflowed runs would squash the rest
+        v = np.maximum(v, lo)
+        bins = np.logspace(np.log10(lo) - 0.1, np.log10(v.max()) + 0.6, 40)
         ax.hist(v, bins=bins, density=False, alpha=0.6, color="C0", label="calibration runs")
         for m in result.methods:
             thr = getattr(m, "threshold_for", None)
@@ -99,7 +101,8 @@ def plot_error_histograms(result: "EvalResult", path: str | os.PathLike[str], dt
 
 
 def _colour(name: str) -> str:
-    return f"C{1 + (sum(map(ord, name)) % 8)}"
+    fixed = {"study p95x1.5": "C3", "tolstat max_abs": "C2"}
+    return fixed.get(name, f"C{4 + (sum(map(ord, name)) % 5)}")
 
 
 def _gpd_tail_counts(v: np.ndarray, bins: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
