@@ -63,3 +63,22 @@ def test_fit_on_dask_equals_in_memory(stored, chunk, method, opts):
     a = tolstat.fit(ds, method=method, **opts)
     b = tolstat.fit(lazy, method=method, chunks={"op": 1}, **opts).compute()
     np.testing.assert_array_equal(a.threshold.values, b.threshold.values)
+
+
+def test_run_scores_blockwise_equals_whole(stored, monkeypatch):
+    """Scores read RUN_BLOCK runs at a time equal those of one whole read."""
+    from tolstat import scale
+
+    ds, path = stored
+    model = scale.fit_scale(ds.isel(run=slice(0, 300)), "allclose")
+    whole, _ = scale.run_scores(ds, model)
+    monkeypatch.setattr(scale, "RUN_BLOCK", 7)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        lazy = tolstat.open_errors(path, chunks={"run": 50})
+    blocks, _ = scale.run_scores(lazy, model)
+    np.testing.assert_array_equal(whole, blocks)
+    a, r, rows = scale._element_subsample(lazy, 500, np.random.default_rng(0))
+    assert 450 <= a.size <= 550 and rows.max() < ds.sizes["run"]
+    for k in range(0, a.size, 97):
+        assert a[k] in ds.sample_abs.values[rows[k]]

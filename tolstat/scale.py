@@ -332,14 +332,49 @@ def _pad_valid(ds_sample: np.ndarray, n_sample: np.ndarray) -> np.ndarray:
     return mask
 
 
-def _element_subsample(abs_s: np.ndarray, ref_s: np.ndarray, mask: np.ndarray, max_points: int,
-                       rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Flat (abs, ref, run index) of up to ``max_points`` valid elements, spread over runs."""
-    rows, cols = np.nonzero(mask & np.isfinite(abs_s))
-    if rows.size > max_points:
-        pick = rng.choice(rows.size, size=max_points, replace=False)
-        rows, cols = rows[pick], cols[pick]
-    return abs_s[rows, cols], ref_s[rows, cols], rows
+#: runs read at a time from the element samples (bounded memory on dask-backed data)
+RUN_BLOCK = 2048
+
+
+def _run_blocks(n: int, block: int = RUN_BLOCK) -> list[slice]:
+    return [slice(i, min(i + block, n)) for i in range(0, n, block)]
+
+
+def _element_subsample(ds: Any, max_points: int, rng: np.random.Generator
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flat (abs, ref, run index) of about ``max_points`` valid elements, spread over runs.
+
+    Reads the element samples ``RUN_BLOCK`` runs at a time (memory stays bounded for
+    dask-backed data); each block contributes in proportion to its valid samples, and
+    within a block the elements are a uniform draw without replacement. Non-finite
+    errors are left out.
+    """
+    ns = np.asarray(ds["n_sample"].values, dtype=np.int64)
+    total = int(ns.sum())
+    take_all = total <= max_points
+    out_a, out_r, out_rows = [], [], []
+    for sl in _run_blocks(ns.size):
+        nb = ns[sl]
+        valid_b = int(nb.sum())
+        if valid_b == 0:
+            continue
+        want = valid_b if take_all else int(round(max_points * valid_b / total))
+        if want == 0:
+            continue
+        abs_s = np.asarray(ds["sample_abs"].isel(run=sl).values, dtype=np.float64)
+        ref_s = np.asarray(ds["sample_ref"].isel(run=sl).values, dtype=np.float64)
+        rows, cols = np.nonzero(_pad_valid(abs_s, nb))
+        if rows.size > want:
+            pick = np.sort(rng.choice(rows.size, size=want, replace=False))
+            rows, cols = rows[pick], cols[pick]
+        a = abs_s[rows, cols]
+        fin = np.isfinite(a)
+        out_a.append(a[fin])
+        out_r.append(ref_s[rows, cols][fin])
+        out_rows.append(rows[fin] + sl.start)
+    if not out_a:
+        return np.empty(0), np.empty(0), np.empty(0, dtype=np.int64)
+    return np.concatenate(out_a), np.concatenate(out_r), np.concatenate(out_rows)
 
 
 def fit_scale(
@@ -399,10 +434,7 @@ def fit_scale(
         return ScaleModel("baseline", baseline=baseline, floor=float(floor), quantile=quantile,
                           notes=f"s = max({baseline}, {floor:g}*eps*ref_rms)")
     rng = np.random.default_rng(seed)
-    abs_s = np.asarray(ds["sample_abs"].values, dtype=np.float64)
-    ref_s = np.asarray(ds["sample_ref"].values, dtype=np.float64)
-    mask = _pad_valid(abs_s, np.asarray(ds["n_sample"].values))
-    a, r, rows = _element_subsample(abs_s, ref_s, mask, max_points, rng)
+    a, r, rows = _element_subsample(ds, max_points, rng)
     if form == "allclose":
         coef, _, notes = fit_allclose(a, r, quantile, solver=solver)
         return ScaleModel("allclose", atol=float(coef[0]), rtol=float(coef[1]), quantile=quantile, notes=notes)
@@ -495,15 +527,18 @@ def run_scores(ds: Any, model: ScaleModel | None, statistic: str = "max_abs") ->
         if statistic not in ("max_abs", "max_ulp", "max_rel"):
             raise ValueError(f"unknown statistic {statistic!r}")
         return np.asarray(ds[statistic].values, dtype=np.float64), 0
-    abs_s = np.asarray(ds["sample_abs"].values, dtype=np.float64)
-    ref_s = np.asarray(ds["sample_ref"].values, dtype=np.float64)
     ns = np.asarray(ds["n_sample"].values)
-    mask = _pad_valid(abs_s, ns)
     cov = run_covariates(ds, model.covariates)
-    s = model.scale(ref_s, cov, dtype=str(ds["dtype"].values[0]))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        sc = np.where(mask, abs_s / s, -np.inf)
-    out = np.max(sc, axis=1)
+    dtype = str(ds["dtype"].values[0])
+    out = np.empty(ns.size, dtype=np.float64)
+    for sl in _run_blocks(ns.size):  # bounded memory on dask-backed data
+        abs_s = np.asarray(ds["sample_abs"].isel(run=sl).values, dtype=np.float64)
+        ref_s = np.asarray(ds["sample_ref"].isel(run=sl).values, dtype=np.float64)
+        mask = _pad_valid(abs_s, ns[sl])
+        s = model.scale(ref_s, {k: v[sl] for k, v in cov.items()}, dtype=dtype)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            sc = np.where(mask, abs_s / s, -np.inf)
+        out[sl] = np.max(sc, axis=1) if sc.shape[1] else -np.inf
     out = np.where(np.asarray(ds["n_nonfinite"].values) > 0, np.inf, out)
     out = np.maximum(out, 0.0)
     nel = np.asarray(ds["n_elements"].values)
