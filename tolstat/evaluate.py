@@ -220,7 +220,7 @@ def calibration_dataset(cfg: EvalConfig, *, progress: bool | None = None) -> xr.
             cov_keys = set.intersection(*(set(p[3]) for p in pairs))
             pairs = [(a, e, lab, {k: c[k] for k in cov_keys}) for a, e, lab, c in pairs]
             parts.append(from_pairs(pairs, op=op, dtype=dt, hardware="cpu:tolstat-corpus",
-                                    seed=cfg.seed, sample_size=1024, progress=False))
+                                    seed=cfg.seed, sample_size=512, progress=False))
             bar.update(1)
     bar.close()
     # ops have different covariates (D for attention, N for norms): keep the union,
