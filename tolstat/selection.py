@@ -362,7 +362,8 @@ def exceedance_probability(value: float, cal: "StatEntry | Calibration") -> tupl
             base = 1.0 + xi * y / s
             pr = 0.0 if base <= 0 else z * base ** (-1.0 / xi)
         if pr == 0.0:
-            return 0.0, f"{beyond}; above the endpoint of the fitted GPD tail (xi = {xi:.3g}): impossible under the model"
+            return 0.0, (f"{beyond}; above the endpoint {u - s / xi:.4g} of the fitted bounded GPD tail "
+                         f"(xi = {xi:.3g}): the model gives no correct run this large")
         return pr, f"{beyond}; GPD tail extrapolation (xi = {xi:.3g})"
     return 1.0 / (n + 1), f"{beyond}; no tail model: probability < 1/(n+1)"
 
