@@ -90,6 +90,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
           f"({int(res.checks.detectable[res.checks.kind == 'bug'].sum())} detectable), "
           f"{res.calibration.sizes['run']} calibration runs, {res.seconds:.0f} s\n")
     print(res.table())
+    if res.skipped:
+        print("\nnot compared (could not keep the budget with these calibration runs; see above): "
+              + ", ".join(res.skipped))
     if args.per_bug:
         print()
         print(per_bug_table(res))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -255,6 +256,11 @@ class EvalResult:
     methods : list of Method
     seconds : float
         Wall time.
+    per_bug, per_op : list of dict
+        Recall per bug kind and per op, false positives per op.
+    skipped : dict
+        tolstat methods that could not be calibrated (too few runs for the budget) and
+        why; they are left out of the comparison.
     """
 
     config: EvalConfig
@@ -265,6 +271,7 @@ class EvalResult:
     seconds: float
     per_bug: list[dict[str, Any]] = field(default_factory=list)
     per_op: list[dict[str, Any]] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
 
     def table(self) -> str:
         """The side-by-side table, as printed by ``tolstat evaluate``."""
@@ -295,6 +302,7 @@ class EvalResult:
             "summary": self.summary,
             "per_bug": self.per_bug,
             "per_op": self.per_op,
+            "skipped_methods": self.skipped,
             "counts": {"controls": int((self.checks.kind == "control").sum()),
                        "buggy": int((self.checks.kind == "bug").sum())},
         }
@@ -370,8 +378,18 @@ def _evaluate(cfg: EvalConfig, methods: Sequence[Method] | None, progress: bool 
         raise ValueError(f"unknown op(s) {unknown}; known: {sorted(corpus.OPS)}")
     methods = list(methods) if methods is not None else default_methods(cfg.fp_budget, cfg.confidence)
     cal = calibration_dataset(cfg, progress=progress)
-    for m in methods:
-        m.calibrate(cal)
+    skipped: dict[str, str] = {}
+    for m in list(methods):
+        try:
+            m.calibrate(cal)
+        except ValueError as exc:  # e.g. too few calibration runs for the budget
+            if m.family != "tolstat":
+                raise
+            skipped[m.name] = str(exc)
+            methods.remove(m)
+            print(f"tolstat evaluate: skipping {m.name!r}: {exc}", file=sys.stderr, flush=True)
+    if not methods:
+        raise ValueError("no method could be calibrated: " + "; ".join(skipped.values()))
 
     records: list[dict[str, Any]] = []
     scores: list[list[float]] = []
@@ -407,7 +425,8 @@ def _evaluate(cfg: EvalConfig, methods: Sequence[Method] | None, progress: bool 
     bar.close()
     checks = _checks_dataset(records, np.array(scores, dtype=np.float64), methods)
     summary, per_bug, per_op = _summaries(checks, methods)
-    return EvalResult(cfg, checks, summary, cal, methods, time.perf_counter() - t0, per_bug, per_op)
+    return EvalResult(cfg, checks, summary, cal, methods, time.perf_counter() - t0, per_bug, per_op,
+                      skipped)
 
 
 def _checks_dataset(records: list[dict[str, Any]], scores: np.ndarray, methods: Sequence[Method]) -> xr.Dataset:
