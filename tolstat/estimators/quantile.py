@@ -150,27 +150,7 @@ def _quantiles_of_buffer(buf, m, qs, method, out):
     lo_idx = np.empty(nq, np.int64)
     hi_idx = np.empty(nq, np.int64)
     gam = np.empty(nq, np.float64)
-    for j in range(nq):
-        v = (m - 1) * qs[j]
-        if method == 0:
-            prev = math.floor(v)
-            if v >= m - 1:
-                lo_idx[j] = m - 1
-                hi_idx[j] = m - 1
-                gam[j] = v + 1.0  # numpy sets previous index to -1 here
-            else:
-                lo_idx[j] = int(prev)
-                hi_idx[j] = int(prev) + 1
-                gam[j] = v - prev
-        elif method == 1:
-            lo_idx[j] = int(math.floor(v))
-            hi_idx[j] = lo_idx[j]
-        elif method == 2:
-            lo_idx[j] = int(math.ceil(v))
-            hi_idx[j] = lo_idx[j]
-        else:
-            lo_idx[j] = int(np.rint(v))
-            hi_idx[j] = lo_idx[j]
+    _quantile_positions(m, qs, method, lo_idx, hi_idx, gam)
     # needed positions, ascending and unique
     need = np.empty(2 * nq, np.int64)
     need[:nq] = lo_idx
