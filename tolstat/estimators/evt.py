@@ -289,6 +289,28 @@ def _return_level(u, sigma, xi, zeta, q):
 
 
 @njit(cache=True, nogil=True)
+def _pack_pot(out, u, sigma, xi, zeta, ne, ll, q):
+    """Fill a POT result row; True when the return level came from the tail model.
+
+    Layout: u, sigma, xi, zeta, n_exceed, loglik, upper endpoint, return level (the last
+    left to the caller when ``q >= zeta``: the level is then inside the data).
+    """
+    out[0] = u
+    out[1] = sigma
+    out[2] = xi
+    out[3] = zeta
+    out[4] = ne
+    out[5] = ll
+    out[6] = u - sigma / xi if xi < 0.0 else np.inf
+    if ne == 0:
+        out[6] = u
+    if q < zeta:
+        out[7] = _return_level(u, sigma, xi, zeta, q)
+        return True
+    return False
+
+
+@njit(cache=True, nogil=True)
 def _pot_core(buf, m, tail_fraction, min_exc, q, use_zs, out):
     """POT fit of ``buf[:m]`` (mutated) into ``out`` (POT_FIELDS order)."""
     for j in range(out.shape[0]):
@@ -308,18 +330,7 @@ def _pot_core(buf, m, tail_fraction, min_exc, q, use_zs, out):
     y = buf[m - k:m - k + ne]
     sigma, xi, ll = _gpd_mle_core(y, ne, use_zs)
     zeta = ne / m
-    out[0] = u
-    out[1] = sigma
-    out[2] = xi
-    out[3] = zeta
-    out[4] = ne
-    out[5] = ll
-    out[6] = u - sigma / xi if xi < 0.0 else np.inf
-    if ne == 0:
-        out[6] = u
-    if q < zeta:
-        out[7] = _return_level(u, sigma, xi, zeta, q)
-    else:
+    if not _pack_pot(out, u, sigma, xi, zeta, ne, ll, q):
         # inside the data: empirical (1 - q)-quantile, numpy 'higher'
         idx = int(math.ceil((m - 1) * (1.0 - q)))
         if idx >= m - k:
@@ -430,18 +441,7 @@ def _pot_groups_radix_kernel(x, xb, tail_fraction, min_exc, q, use_zs, nblocks, 
             y = ybuf[:ne]
             sigma, xi, ll = _gpd_mle_core(y, ne, use_zs)
             zeta = ne / m
-            o[0] = u
-            o[1] = sigma
-            o[2] = xi
-            o[3] = zeta
-            o[4] = ne
-            o[5] = ll
-            o[6] = u - sigma / xi if xi < 0.0 else np.inf
-            if ne == 0:
-                o[6] = u
-            if q < zeta:
-                o[7] = _return_level(u, sigma, xi, zeta, q)
-            else:
+            if not _pack_pot(o, u, sigma, xi, zeta, ne, ll, q):
                 # inside the data: empirical (1 - q)-quantile, numpy 'higher'
                 _radix_hist_row(rb, hist)
                 R[0] = int(math.ceil((m - 1) * (1.0 - q)))
