@@ -11,6 +11,7 @@ import numpy as np
 import xarray as xr
 from numba import njit, prange
 
+from .._version import __version__
 from . import bootstrap as _bs
 from . import evt as _evt
 from . import orderstat as _os
@@ -23,20 +24,6 @@ RUN_STATISTICS = ("max_abs", "max_ulp", "max_rel", "mean_abs")
 SAMPLE_STATISTICS = ("sample_abs", "sample_ulp", "sample_rel")
 STATISTICS = RUN_STATISTICS + SAMPLE_STATISTICS
 METHODS = ("empirical", "order_statistic", "conformal", "gpd", "gev", "bootstrap")
-
-
-def _version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("tolstat")
-    except Exception:  # pragma: no cover - not installed
-        try:
-            from tolstat import __version__
-
-            return str(__version__)
-        except Exception:
-            return "unknown"
 
 
 @njit(cache=True, parallel=True)
@@ -378,7 +365,7 @@ def fit(errors: xr.Dataset, *, method: str, statistic: str = "max_abs", chunks: 
         method=method,
         statistic=statistic,
         settings=json.dumps(settings, sort_keys=True, default=str),
-        tolstat_version=_version(),
+        tolstat_version=__version__,
         threads=numba.get_num_threads(),
     )
     return ds
