@@ -38,7 +38,7 @@ def test_message_content(table):
     x = np.random.default_rng(2).standard_normal((8, 8))
     out = _kernel(x)
     out[3, 5] = out[3, 5] + np.float16(0.25)
-    with pytest.raises(AssertionError) as ei:
+    with pytest.raises(AssertionError, match="tolstat check FAILED") as ei:
         assert_close(out, _ref(x), op="mul3", dtype="float16", table=table)
     m = str(ei.value)
     for part in ("op='mul3'", "dtype='float16'", "max_score", "threshold", "index (3, 5)",
@@ -72,7 +72,7 @@ def test_missing_group_and_bad_inputs(table):
         check(np.ones(3, np.float16), x, op="mul3", dtype="float16", table=table)
     with pytest.raises(ValueError, match="NaN"):
         check(x.astype(np.float16), np.full((2, 2), np.nan), op="mul3", dtype="float16", table=table)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="table must be a ToleranceTable, got dict"):
         check(x, x, op="mul3", dtype="float16", table={"atol": 1})
 
 

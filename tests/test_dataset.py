@@ -124,7 +124,7 @@ def test_concat_mismatched_labels_raises(small_ds):
 
 
 def test_validate_catches_problems(small_ds):
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="expected an xarray.Dataset, got DataArray"):
         tolstat.validate(small_ds.max_abs)
     with pytest.raises(ValueError, match="tolstat_schema"):
         tolstat.validate(small_ds.drop_attrs())
@@ -182,7 +182,7 @@ def test_interrupted_save_keeps_old_file(tmp_path, monkeypatch, ext, small_ds):
         raise KeyboardInterrupt("simulated crash mid-write")
 
     monkeypatch.setattr(xr.Dataset, method, crash)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match="simulated crash mid-write"):
         tolstat.save(newer, path)
     monkeypatch.undo()
     back = tolstat.open_errors(path)
@@ -219,7 +219,7 @@ def test_foreign_and_wrong_schema_files(tmp_path, small_ds):
         tolstat.open_errors(text)
     with pytest.raises(ValueError, match="extension"):
         tolstat.save(small_ds, tmp_path / "e.csv")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match="no error dataset at .*missing.nc"):
         tolstat.open_errors(tmp_path / "missing.nc")
     tolstat.save(small_ds, tmp_path / "x.zarr")
     with pytest.raises(ValueError, match="do not chunk along 'sample'"):

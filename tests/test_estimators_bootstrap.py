@@ -11,6 +11,7 @@ from tolstat.estimators import (
     bootstrap_return_level_bound,
     jackknife_quantile,
 )
+from tolstat.estimators.bootstrap import bca_level
 
 
 @pytest.mark.parametrize("p", [0.5, 0.9])
@@ -39,15 +40,105 @@ def test_percentile_bound_matches_scipy(p):
     assert abs(s - ref.standard_error) <= 0.15 * s
 
 
-def test_bca_close_to_scipy_and_reproducible():
-    rng = np.random.default_rng(22)
-    x = rng.lognormal(size=300)
-    r = bootstrap_quantile_bound(x, 0.9, n_resamples=2000, method="bca", seed=9)
-    ref = stats.bootstrap((x,), lambda a, axis: np.quantile(a, 0.9, axis=axis), n_resamples=2000,
-                          method="BCa", alternative="less", confidence_level=0.95, rng=1)
-    assert abs(r.bound - ref.confidence_interval.high) <= 0.6 * r.standard_error + 0.1
-    assert r.bound >= r.estimate
-    # same seed -> same result, whatever the thread count
+def _bca_bound_mc(fn, seeds):
+    vals = np.array([fn(s) for s in seeds])
+    return vals.mean(), vals.std(ddof=1) / np.sqrt(vals.size)
+
+
+def test_bca_matches_scipy_and_differs_from_percentile():
+    """A skewed case (lognormal, sigma 1.5, the 0.9-quantile of 200) where BCa moves the bound
+    well above the percentile bound. Both tolstat's and scipy's BCa bounds are Monte-Carlo
+    estimates: each is averaged over K seeds and the means must agree within 4 combined
+    standard errors of the mean (measured here from the K seeds). The percentile bound must
+    be more than twice that tolerance below -- the test can tell the two apart."""
+    x = np.random.default_rng(22).lognormal(0.0, 1.5, 200)
+    p, B, K = 0.9, 2000, 8
+    ours, se_o = _bca_bound_mc(lambda s: bootstrap_quantile_bound(x, p, n_resamples=B, method="bca", seed=s).bound,
+                               range(K))
+    pct, _ = _bca_bound_mc(lambda s: bootstrap_quantile_bound(x, p, n_resamples=B, method="percentile",
+                                                              seed=s).bound, range(K))
+    ref, se_s = _bca_bound_mc(
+        lambda s: stats.bootstrap((x,), lambda a, axis: np.quantile(a, p, axis=axis), n_resamples=B, method="BCa",
+                                  alternative="less", confidence_level=0.95, rng=100 + s).confidence_interval.high,
+        range(K))
+    tol = 4.0 * float(np.hypot(se_o, se_s))
+    assert tol > 0
+    assert abs(ours - ref) <= tol, (ours, ref, tol)
+    assert ref - pct > 2 * tol, (pct, ref, tol)  # percentile is many tolerances below
+
+
+def _splitmix_resample_indices(seed, b, m):
+    """Independent (pure Python) re-implementation of the documented splitmix64 streams."""
+    M64 = (1 << 64) - 1
+    G, M1, M2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
+
+    def mix(z):
+        z = ((z ^ (z >> 30)) * M1) & M64
+        z = ((z ^ (z >> 27)) * M2) & M64
+        return z ^ (z >> 31)
+
+    st = mix(mix((seed + G) & M64) ^ ((b * M2 + G) & M64))
+    out = []
+    for _ in range(m):
+        st = (st + G) & M64
+        out.append(min(int((mix(st) >> 11) * 2.0**-53 * m), m - 1))
+    return np.array(out)
+
+
+@pytest.mark.parametrize("qmethod", ["linear", "lower", "higher", "nearest"])
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.93])
+def test_resample_statistic_is_numpy_quantile_of_its_resample(qmethod, p):
+    """Each bootstrap value is np.quantile(resample b, p, method) bit for bit, the resample
+    rebuilt from the documented (seed, b) stream: catches a wrong quantile method, a wrong
+    walk direction or an off-by-one in the counting selection."""
+    x = np.random.default_rng(7).lognormal(size=41)
+    xs = np.sort(x)
+    tb = bootstrap_quantile_distribution(x, p, n_resamples=24, seed=5, method=qmethod)
+    want = [np.quantile(xs[_splitmix_resample_indices(5, b, xs.size)], p, method=qmethod) for b in range(24)]
+    np.testing.assert_array_equal(tb, want)
+
+
+def test_bca_level_is_the_documented_formula():
+    """bca_level / bootstrap_quantile_bound against the BCa formula computed here: z0 from the
+    mid-rank proportion, acceleration from a brute-force jackknife (np.delete + np.quantile),
+    level = Phi(z0 + (z0 + z_c) / (1 - a (z0 + z_c))), bound = np.quantile(theta*, level).
+    Exact to rounding, so a flipped sign of z0 or of a, or a wrong jackknife, fails."""
+    from scipy.special import ndtr, ndtri
+
+    x = np.random.default_rng(31).lognormal(0.0, 1.5, 150)
+    p, B, g = 0.85, 999, 0.95
+    r = bootstrap_quantile_bound(x, p, n_resamples=B, method="bca", seed=3, confidence=g)
+    tb = bootstrap_quantile_distribution(x, p, n_resamples=B, seed=3)
+    theta = np.quantile(x, p)
+    prop = (np.sum(tb < theta) + np.sum(tb <= theta)) / (2.0 * B)
+    z0 = ndtri(prop)
+    jack = np.array([np.quantile(np.delete(x, i), p) for i in range(x.size)])
+    d = jack.mean() - jack
+    acc = np.sum(d**3) / (6.0 * np.sum(d**2) ** 1.5)
+    zc = ndtri(g)
+    level = ndtr(z0 + (z0 + zc) / (1.0 - acc * (z0 + zc)))
+    assert abs(z0) > 0.02 and abs(acc) > 0.01  # both corrections matter in this case
+    assert r.z0 == pytest.approx(z0, rel=1e-12)
+    assert r.acceleration == pytest.approx(acc, rel=1e-9)
+    assert r.level == pytest.approx(level, rel=1e-9)
+    assert r.bound == pytest.approx(np.quantile(tb, level), rel=1e-12)
+    assert r.estimate == theta and r.bound >= r.estimate
+    # the proportion is clipped to [1/(2B), 1 - 1/(2B)]: every resample above / below the estimate
+    jk = np.array([1.0, 2.0, 4.0])  # mean 7/3: d = (4/3, 1/3, -5/3), sum d^3 = -60/27, sum d^2 = 42/9
+    a_ref = (-60 / 27) / (6 * (42 / 9) ** 1.5)
+    for tb_c, prop in ((np.full(10, 2.0), 0.5 / 10), (np.full(10, 0.5), 1 - 0.5 / 10)):
+        lvl, z, a = bca_level(tb_c, 1.0, jk, 0.9)
+        assert z == pytest.approx(ndtri(prop), rel=1e-12) and a == pytest.approx(a_ref, rel=1e-12)
+        zc = ndtri(0.9)
+        assert lvl == pytest.approx(ndtr(z + (z + zc) / (1 - a_ref * (z + zc))), rel=1e-12)
+    # multiplicities weigh the jackknife values: (1, 2, 4) with weights (1, 1, 2) = (1, 2, 4, 4)
+    _, _, aw = bca_level(np.arange(10.0), 4.5, jk, 0.9, np.array([1.0, 1.0, 2.0]))
+    _, _, ab = bca_level(np.arange(10.0), 4.5, np.array([1.0, 2.0, 4.0, 4.0]), 0.9)
+    assert aw == pytest.approx(ab, rel=1e-12) and aw != pytest.approx(a_ref)
+
+
+def test_bootstrap_reproducible_whatever_the_threads():
+    x = np.random.default_rng(22).lognormal(size=300)
     t0 = numba.get_num_threads()
     a = bootstrap_quantile_distribution(x, 0.9, n_resamples=500, seed=3)
     numba.set_num_threads(1)
@@ -70,13 +161,6 @@ def test_jackknife_exact(method):
             np.testing.assert_array_equal(np.sort(np.repeat(vals, mult.astype(int))), np.sort(brute))
 
 
-def test_resample_statistic_is_numpy_quantile_of_some_resample():
-    # each bootstrap value must be the numpy quantile of a multiset of the data: check range
-    x = np.arange(50, dtype=float)
-    tb = bootstrap_quantile_distribution(x, 0.5, n_resamples=200, seed=1)
-    assert np.all((tb >= 0) & (tb <= 49)) and np.all(np.isin(tb * 2, np.arange(99)))
-
-
 def test_return_level_bounds_and_degenerate():
     rng = np.random.default_rng(24)
     y = rng.exponential(1.0, 3000)
@@ -86,7 +170,7 @@ def test_return_level_bounds_and_degenerate():
             assert r.bound > r.estimate > 5
     z = bootstrap_return_level_bound(np.zeros(500), 1e-4, n_resamples=50)
     assert z.bound == 0.0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least 2 non-NaN values, got 1"):
         bootstrap_quantile_bound([1.0], 0.5)
     with pytest.raises(ValueError, match="method"):
         bootstrap_quantile_bound(y, 0.5, method="basic")

@@ -58,7 +58,7 @@ def test_return_level_formula_limits_and_endpoint():
     assert gpd_return_level(u, s, -0.5, zeta, 1e-300) == pytest.approx(u + s / 0.5)
     # equals scipy's conditional quantile
     assert math.isclose(rl[0], u + stats.genpareto.ppf(1 - q / zeta, 0.3, 0, s), rel_tol=1e-10)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"q must lie in \(0, zeta_u\]"):
         gpd_return_level(u, s, 0.1, zeta, 0.5)
     assert math.isclose(gev_return_level(0.0, 1.0, 0.0, 0.01), -math.log(-math.log(0.99)))
 
@@ -97,7 +97,16 @@ def test_pot_groups_and_errors():
     x[2, 20:] = np.nan  # too small for min_exceedances=30 -> NaN row
     params, n = pot_fit_groups(x, 1e-4)
     assert list(n) == [500, 100, 20, 500]
-    assert np.all(np.isfinite(params[[0, 1, 3]])) is not None and np.isnan(params[2]).all()
+    assert np.isnan(params[2]).all() and not np.isnan(params[[0, 1, 3]]).any()
+    # each row is fitted on that row's valid values only: threshold rule max(30, ceil(0.1 n)),
+    # u = the value just below the exceedances, zeta = k / n, and the closed-form return level
+    for i in (0, 1, 3):
+        v = np.sort(x[i][~np.isnan(x[i])])
+        k = max(30, int(np.ceil(0.1 * v.size)))
+        u, sigma, xi, zeta, n_exc = params[i, :5]
+        assert n_exc == k and zeta == k / v.size and u == v[-k - 1], i
+        rl = u + sigma / xi * ((zeta / 1e-4) ** xi - 1)
+        assert params[i, 7] == pytest.approx(rl, rel=1e-10), i
     with pytest.raises(ValueError, match="nonnegative"):
         pot_fit_groups(-x, 1e-4)
     with pytest.raises(ValueError, match="n >= 31"):

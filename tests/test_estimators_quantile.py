@@ -107,7 +107,7 @@ def test_topk_and_kth():
     vals, _ = kth_smallest_groups(x, r)
     for i in range(20):
         assert vals[i] == np.sort(x[i][~np.isnan(x[i])])[r[i] - 1]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="k must be >= 1, got 0"):
         topk_groups(x, 0)
 
 

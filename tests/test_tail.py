@@ -187,9 +187,23 @@ def test_order_statistic_bound_errors_and_groups():
         assert float(sel) == np.sort(x)[int(sel.order_rank) - 1]
 
 
-def test_rank_agrees_with_estimators():
-    orderstat = pytest.importorskip("tolstat.estimators.orderstat")
-    n = np.array([59, 100, 1000, 12345])
-    for p, g in [(0.95, 0.95), (0.9, 0.99)]:
-        np.testing.assert_array_equal(tail.order_statistic_rank(n, p, g),
-                                      orderstat.order_statistic_rank(n, p, g))
+def test_rank_is_the_binomial_rule_with_empty_groups():
+    """tail.order_statistic_rank against the definition, by brute force over all ranks with
+    scipy: the smallest r with binom.cdf(r - 1, n, p) >= confidence; empty groups give 0."""
+    n = np.array([[59, 0, 100], [1000, 12345, 0]])
+    for p, g in [(0.95, 0.95), (0.9, 0.99), (0.99, 0.9)]:
+        want = np.zeros(n.shape, dtype=np.int64)
+        for idx, ni in np.ndenumerate(n):
+            if ni == 0 or ni < tail.min_runs_for_bound(p, g):
+                continue
+            r = np.arange(1, ni + 1)
+            want[idx] = r[stats.binom.cdf(r - 1, ni, p) >= g][0]
+        if (want[n > 0] == 0).any():
+            with pytest.raises(ValueError, match="need n >= "):
+                tail.order_statistic_rank(n, p, g)
+            continue
+        got = tail.order_statistic_rank(n, p, g)
+        assert got.shape == n.shape and got.dtype == np.int64
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="confidence must lie strictly between 0 and 1"):
+        tail.order_statistic_rank(np.zeros(3, np.int64), 0.9, 1.5)  # validated even with no group
