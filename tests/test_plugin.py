@@ -104,3 +104,52 @@ def test_record_only_mode(pytester, tmp_path):
     res = pytester.runpytest(*_LOAD, f"--tolstat-record={out}", "-k", "not table")
     res.assert_outcomes(passed=2)
     assert tolstat.open_errors(out).sizes["run"] == 4
+
+
+HW_SUITE = """
+import numpy as np
+
+def test_which_group(tolstat_check):
+    x = np.float16([1.0, 2.0])
+    r = tolstat_check(x, x.astype(np.float64), op="mul3", dtype="float16")
+    print("GROUP", r.hardware, r.fallback, r.thresholds["max_abs"])
+"""
+
+
+def _mixed_table(path, hardware):
+    from tolstat.selection import ToleranceTable
+
+    def grp(hw, thr):
+        st = {"threshold": thr, "estimate": thr, "budget": 0.01, "confidence": 0.95, "method": "order_statistic",
+              "reason": "test", "tail": {}, "top_scores": []}
+        return {"op": "mul3", "dtype": "float16", "hardware": hw, "n": 400, "statistics": {"max_abs": st}}
+
+    groups = [grp(hw, float(i + 1)) for i, hw in enumerate(hardware)]
+    ToleranceTable.from_groups(groups, {"fp_budget": 0.01, "confidence": 0.95, "statistics": ["max_abs"]}).to_json(path)
+    return path
+
+
+@pytest.mark.parametrize("hardware,opt,want", [
+    # the detected hardware is in the table: its exact group, not '*'
+    (("*", "DET"), None, "GROUP DET exact 2.0"),
+    # another specific hardware and '*': '*' (no "several hardware" error)
+    (("OTHER", "*"), None, "GROUP * any hardware 2.0"),
+    (("OTHER", "DET2", "*"), None, "GROUP * any hardware 3.0"),
+    # an explicit label wins over the detected one; absent from the table -> '*'
+    (("*", "DET", "ci-box"), "ci-box", "GROUP ci-box exact 3.0"),
+    (("*", "DET"), "ci-box", "GROUP * any hardware 1.0"),
+    # only one specific hardware, not the detected one: the table's only hardware
+    (("OTHER",), None, "GROUP OTHER only hardware 1.0"),
+])
+def test_plugin_hardware_choice_with_mixed_tables(pytester, tmp_path, hardware, opt, want):
+    from tolstat.collect import hardware_fingerprint
+
+    det = hardware_fingerprint()[0]
+    hw = tuple(det if h == "DET" else h for h in hardware)
+    want = want.replace("DET", det)
+    path = _mixed_table(tmp_path / "mixed.json", hw)
+    pytester.makepyfile(HW_SUITE)
+    args = [*_LOAD, f"--tolstat-table={path}", "-s"] + ([f"--tolstat-hardware={opt}"] if opt else [])
+    res = pytester.runpytest(*args)
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines([f"*{want}*"])
