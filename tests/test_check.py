@@ -29,8 +29,18 @@ def test_correct_output_passes(table):
     x = np.random.default_rng(1).standard_normal((8, 8))
     r = check(_kernel(x), _ref(x), op="mul3", dtype="fp16", table=table)
     assert isinstance(r, CheckResult) and r.passed and bool(r)
-    assert r.ratios["max_score"] <= 1 and 0 < r.probabilities["max_score"] <= 1
-    assert r.atol > 0 and r.rtol > 0
+    ent = table.entry("mul3", "float16")
+    st = ent.statistics["max_score"]
+    v = r.statistics["max_score"]
+    # the statistic recomputed here: max |d| / (atol + rtol |ref|) of the table's scale model
+    d = np.abs(_kernel(x).astype(np.float64) - _ref(x))
+    s = ent.scale.atol + ent.scale.rtol * np.abs(_ref(x))
+    assert v == pytest.approx(float(np.max(d / s)), rel=1e-12)
+    assert r.thresholds["max_score"] == st.threshold and r.ratios["max_score"] == v / st.threshold <= 1
+    # inside the calibration data: the fraction of calibration runs at least this large
+    assert v <= st.top[0]
+    assert r.probabilities["max_score"] == np.sum(st.top >= v) / st.n
+    assert r.atol == st.threshold * ent.scale.atol and r.rtol == st.threshold * ent.scale.rtol
     assert_close(_kernel(x), _ref(x), op="mul3", dtype="float16", table=table)
 
 
@@ -111,4 +121,10 @@ def test_baseline_form_handles_zero_baseline():
     e = x.astype(np.float16).astype(np.float64) * 3.0
     out = (e + rng.standard_normal(32) * 1e-3).astype(np.float16)
     r = check(out, e, op="b", dtype="float16", table=t, covariates={"baseline_max_abs": 0.0})
-    assert np.isfinite(r.statistics["max_score"]) and ent.scale.form == "baseline"
+    assert ent.scale.form == "baseline"
+    # zero baseline error: the scale is the floor 4 * eps(fp16) * ref_rms, not 0 (no inf/NaN score)
+    floor = 4.0 * 2.0**-10 * np.sqrt(np.mean(e**2))
+    want = np.max(np.abs(out.astype(np.float64) - e)) / floor
+    assert r.statistics["max_score"] == pytest.approx(want, rel=1e-12)
+    r2 = check(out, e, op="b", dtype="float16", table=t, covariates={"baseline_max_abs": 2 * floor})
+    assert r2.statistics["max_score"] == pytest.approx(want / 2, rel=1e-12)

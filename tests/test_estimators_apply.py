@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 
 from estimators_helpers import make_errors
-from tolstat.estimators import fit, group_values, quantile
+from scipy import stats
+
+from tolstat.estimators import fit, group_values, pot_fit, quantile
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +47,20 @@ def test_fit_methods(ds, method, opts):
     assert absent.n.item() == 0 and np.all(np.isnan(absent.threshold.values))
     th = out.threshold.sel(op="matmul", dtype="float16", hardware="cpu")
     assert np.all(np.isfinite(th.values))
+    x = ds.max_abs.values[:400]
+    xs = np.sort(x)
     if method == "empirical":
-        x = ds.max_abs.values[:400]
         np.testing.assert_array_equal(th.values, np.quantile(x, [0.5, 0.99]))
+    elif method == "order_statistic":  # smallest r with binom.cdf(r - 1, n, p) >= confidence
+        r = np.arange(1, 401)
+        r0 = int(r[stats.binom.cdf(r - 1, 400, 0.99) >= 0.9][0])
+        assert th.item() == xs[r0 - 1] and r0 < 400
+    elif method == "conformal":  # ceil((n + 1)(1 - alpha))-th smallest
+        assert th.item() == xs[int(np.ceil(401 * 0.99)) - 1]
+    elif method == "gpd":  # the POT fit of this group alone
+        assert th.item() == pytest.approx(pot_fit(x, 1e-4)["return_level"], rel=1e-12)
+    elif method == "bootstrap":
+        assert th.item() >= np.quantile(x, 0.99)  # an upper bound of the estimate
 
 
 def test_fit_dask_equals_eager(ds):
