@@ -21,22 +21,9 @@ import tolstat
 from tolstat import metrics
 from tolstat.checks import check
 from tolstat.estimators import conformal_min_n, conformal_rank, order_statistic_min_n
-from tolstat.selection import Calibration, ToleranceTable, calibrate, exceedance_probability, load_table, select
+from tolstat.selection import Calibration, calibrate, exceedance_probability, load_table, select
 
-
-# --------------------------------------------------------------------------- helpers
-def _stat(threshold, *, top=(), n=400, tail=None, method="order_statistic"):
-    return {"threshold": threshold, "estimate": threshold, "budget": 0.01, "confidence": 0.95,
-            "method": method, "reason": "test", "tail": tail or {}, "top_scores": list(top)}
-
-
-def _group(op, dtype, hw, threshold, *, statistic="max_abs", n=400, **kw):
-    return {"op": op, "dtype": dtype, "hardware": hw, "n": n, "scale": None,
-            "statistics": {statistic: _stat(threshold, n=n, **kw)}}
-
-
-def _table(groups, statistic="max_abs"):
-    return ToleranceTable.from_groups(groups, {"fp_budget": 0.01, "confidence": 0.95, "statistics": [statistic]})
+from table_helpers import group as _group, table as _table  # noqa: E402
 
 
 # --------------------------------------------------------------------------- check: <= threshold passes

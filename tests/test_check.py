@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -128,3 +130,91 @@ def test_baseline_form_handles_zero_baseline():
     assert r.statistics["max_score"] == pytest.approx(want, rel=1e-12)
     r2 = check(out, e, op="b", dtype="float16", table=t, covariates={"baseline_max_abs": 2 * floor})
     assert r2.statistics["max_score"] == pytest.approx(want / 2, rel=1e-12)
+
+
+# --------------------------------------------------------------------------- message text
+def _syn():
+    from table_helpers import group, stat, table
+
+    return table([
+        group("mm", "float64", "gpuA", 0.5, top=[0.5, 0.25, 0.125]),
+        group("mm", "float64", "*", 0.25, top=[0.2]),
+    ]), table([
+        group("mm", "float64", "*", 0.25, top=[0.2], extra={"bias": stat(3.0, top=[2.5])}),
+    ], extra=("bias",)), table([group("ul", "float16", "*", 2.0, statistic="max_ulp", n=10000, top=[2.0, 1.0])],
+                               statistic="max_ulp")
+
+
+EXP = np.array([[1.0, 2.0], [3.0, 4.0]])
+
+
+def test_failure_message_exact_text():
+    """The whole message of a failing check through the '*' fallback, line by line."""
+    t, _, _ = _syn()
+    at = EXP.copy()
+    at[1, 0] += 0.75
+    r = check(at, EXP, op="mm", dtype="float64", table=t, hardware="gpuB")
+    assert r.message().splitlines() == [
+        "tolstat check FAILED: op='mm', dtype='float64', hardware=* (any hardware)",
+        "  [FAIL] max_abs = 0.75 vs threshold 0.25 (3x the threshold; max |actual - expected|; calibrated by "
+        "order_statistic on 400 runs)",
+        "  allowed per element: |actual - expected| <= atol + rtol*|expected| with atol=0.25, rtol=0",
+        "  worst element at index (1, 0): actual=3.75, expected=3.0 (|d|=0.75, allowed 0.25)",
+        "  1 of 4 elements exceed their allowance",
+        "  probability that a correct kernel gives a max_abs this large: ~0.0025 (beyond the data (the largest "
+        "of 400 calibration scores is 0.2); no tail model: probability < 1/(n+1))",
+        "  (the table promises a false-positive rate <= 0.01 per check at 0.95 confidence)",
+    ]
+    with pytest.raises(AssertionError, match=r"^my context\ntolstat check FAILED: op='mm'"):
+        assert_close(at, EXP, op="mm", dtype="float64", table=t, hardware="gpuB", msg="my context")
+
+
+def test_passing_message_exact_text():
+    t, _, _ = _syn()
+    at = EXP.copy()
+    at[0, 1] += 0.125
+    r = assert_close(at, EXP, op="mm", dtype="float64", table=t, hardware="gpuA")
+    assert r.message().splitlines() == [
+        "tolstat check passed: op='mm', dtype='float64', hardware=gpuA",
+        "  [ok] max_abs = 0.125 vs threshold 0.5 (0.25x the threshold; max |actual - expected|; calibrated by "
+        "order_statistic on 400 runs)",
+        "  allowed per element: |actual - expected| <= atol + rtol*|expected| with atol=0.5, rtol=0",
+        "  worst element at index (0, 1): actual=2.125, expected=2.0 (|d|=0.125, allowed 0.5)",
+        "  0 of 4 elements exceed their allowance",
+        "  probability that a correct kernel gives a max_abs this large: ~0.0075 (empirical: 3 of 400 "
+        "calibration runs reached this value)",
+        "  (the table promises a false-positive rate <= 0.01 per check at 0.95 confidence)",
+    ]
+
+
+def test_message_ulp_nonfinite_and_bias():
+    _, tb, tu = _syn()
+    # max_ulp: no allclose form and no per-element allowance; a NaN output: probability 0
+    a = np.float16([1.0, np.nan, 2.0])
+    r = check(a, np.array([1.0, 1.0, 2.0]), op="ul", dtype="float16", table=tu)
+    m = r.message().splitlines()
+    assert m[0] == "tolstat check FAILED: op='ul', dtype='float16', hardware=* (any hardware)"
+    assert m[1].startswith("  [FAIL] max_ulp = inf vs threshold 2 (infx the threshold; max ULP distance;")
+    assert not any("allowed per element" in ln for ln in m)
+    assert m[2] == "  worst element at index (1): actual=nan, expected=1.0 (|d|=inf)"
+    assert m[3] == "  1 of 3 elements exceed their allowance; 1 non-finite outputs"
+    assert m[4] == ("  probability that a correct kernel gives a max_ulp this large: ~0 (non-finite output "
+                    "(NaN/Inf): never produced by the correct calibration runs)")
+    assert r.n_exceeding == 1 and r.worst_index == (1,) and math.isnan(r.worst_allowed)
+    # 1/(n+1) < 1e-3 is printed in exponent form
+    a = np.float16([1.0, 1.0 + 3 * 2.0**-10, 2.0])
+    r = check(a, np.array([1.0, 1.0, 2.0]), op="ul", dtype="float16", table=tu)
+    assert "~1.0e-04 (beyond the data" in r.message() and r.statistics["max_ulp"] == 3.0
+    # a bias statistic: both lines, only the failing one's probability
+    at = EXP + 0.2  # |d| = 0.2 everywhere: bias sqrt(4) * 0.2 / 0.2 = 2 <= 3, max 0.2 <= 0.25
+    r = check(at, EXP, op="mm", dtype="float64", table=tb)
+    assert r.passed and r.statistics["bias"] == pytest.approx(2.0)
+    m = r.message().splitlines()
+    assert m[2].startswith("  [ok] bias = 2 vs threshold 3 (0.667x the threshold; sqrt(N)*|mean(actual - expected)| "
+                           "/ mean|actual - expected| (bias);")
+    assert sum("probability that a correct kernel" in ln for ln in m) == 1  # passed: first statistic only
+    at = EXP + 0.24
+    at[0, 0] = EXP[0, 0] + 0.3
+    r = check(at, EXP, op="mm", dtype="float64", table=tb)
+    assert r.failed == ("max_abs",) and "gives a max_abs this large" in r.message()
+    assert "gives a bias this large" not in r.message()
