@@ -33,7 +33,7 @@ def _table(nrun: int = 37, nsample: int = 11, seed: int = 0, dtype=np.float64) -
     )
 
 
-def _full_groups(ds, statistic, by=tolstat.errors.GROUP_DIMS):
+def _full_groups(ds, statistic, by=tolstat.dataset.GROUP_DIMS):
     """Reference: every group's non-NaN values, by brute force."""
     v = ds[statistic].values.reshape(ds.sizes["run"], -1)
     keys = list(zip(*(ds[b].values for b in by)))
@@ -163,23 +163,23 @@ def test_order_statistic_bound_exact():
     x = rng.exponential(1.0, 5000)
     top = np.sort(x)[::-1][:200]
     for p, g in [(0.99, 0.95), (0.999, 0.9), (0.98, 0.99)]:
-        r = int(tail.order_statistic_rank(x.size, p, g))
+        r = int(tail.topk_order_statistic_rank(x.size, p, g))
         assert stats.binom.cdf(r - 1, x.size, p) >= g > stats.binom.cdf(r - 2, x.size, p)
-        assert float(tail.order_statistic_bound(top, x.size, p, g)) == np.sort(x)[r - 1]
+        assert float(tail.topk_order_statistic_bound(top, x.size, p, g)) == np.sort(x)[r - 1]
     # the sample maximum at the minimum n
-    nmin = tail.min_runs_for_bound(0.95, 0.95)
+    nmin = tolstat.estimators.order_statistic_min_n(0.95, 0.95)
     assert nmin == 59
-    assert float(tail.order_statistic_bound(np.array([3.0, 2.0]), nmin, 0.95, 0.95)) == 3.0
+    assert float(tail.topk_order_statistic_bound(np.array([3.0, 2.0]), nmin, 0.95, 0.95)) == 3.0
 
 
 def test_order_statistic_bound_errors_and_groups():
     with pytest.raises(ValueError, match="need n >= 59"):
-        tail.order_statistic_bound(np.array([3.0, 2.0]), 58, 0.95, 0.95)
+        tail.topk_order_statistic_bound(np.array([3.0, 2.0]), 58, 0.95, 0.95)
     with pytest.raises(ValueError, match="k >= "):
-        tail.order_statistic_bound(np.array([3.0, 2.0]), 5000, 0.99, 0.95)
+        tail.topk_order_statistic_bound(np.array([3.0, 2.0]), 5000, 0.99, 0.95)
     ds = _table(nrun=400, nsample=30)
     top = tail.group_topk(ds, "sample_abs", 100)
-    b = tail.order_statistic_bound(top, p=0.99, confidence=0.9)
+    b = tail.topk_order_statistic_bound(top, p=0.99, confidence=0.9)
     assert set(b.coords) >= {"n", "order_rank", "op", "dtype", "hardware"}
     full = _full_groups(ds, "sample_abs")
     for (op, dt, hw), x in full.items():
@@ -191,5 +191,5 @@ def test_rank_agrees_with_estimators():
     orderstat = pytest.importorskip("tolstat.estimators.orderstat")
     n = np.array([59, 100, 1000, 12345])
     for p, g in [(0.95, 0.95), (0.9, 0.99)]:
-        np.testing.assert_array_equal(tail.order_statistic_rank(n, p, g),
+        np.testing.assert_array_equal(tail.topk_order_statistic_rank(n, p, g),
                                       orderstat.order_statistic_rank(n, p, g))

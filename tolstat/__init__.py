@@ -1,25 +1,32 @@
 """tolstat: turn measured numerical error into trustworthy test tolerances.
 
-Data flow (one module per step, each importing only the steps before it)::
+Data flow (one layer per step, each module importing only modules of its own or
+earlier layers; ``tests/test_architecture.py`` enforces it, ``docs/architecture.md``
+describes it)::
 
-    kernel outputs -> metrics -> error dataset -> fitted models -> tolerance table -> checks
-                     (metrics)   (errors, collect,    (estimators,  (selection)       (checks,
-                                  io, stream, tail)    scale)                          pytest_plugin)
+    kernel outputs -> metrics -> error dataset -> fitted models -> tolerance table -> checks -> evaluate -> cli
+                     (metrics)   (dataset, io,    (estimators,    (bounds, table,    (checks,   (evaluate,
+                                  collect,         scale)          selection)         pytest_   corpus,
+                                  stream,                                             plugin)   plots)
+                                  statistics)
 """
 
 from ._dtypes import SUPPORTED_DTYPES, canonical_dtype
 from ._version import __version__
 from .collect import Inputs, collect, from_pairs, hardware_fingerprint
-from .errors import concat, indexed, validate
+from .dataset import concat, indexed, validate
 from .estimators import fit
 from .io import open_errors, save
 from .metrics import ErrorMetrics, error_metrics, ulp_distance
-from .scale import ScaleModel
-from .selection import ToleranceTable, calibrate, load_table, select, split_budget
+from .statistics import RunScores, Statistic
+from .scale import ScaleModel, ScaleOptions
+from .bounds import Calibration, Exceedance, NotEnoughData, TailOptions, split_budget
+from .table import StatEntry, ToleranceEntry, ToleranceTable, load_table
+from .selection import calibrate, select
 from .checks import CheckResult, assert_close, check
-from . import stream, tail
+from . import statistics, stream, tail
 from .stream import collect_to_store, open_store
-from .tail import group_topk
+from .estimators.tail import group_topk
 
 __all__ = [
     "__version__",
@@ -39,15 +46,25 @@ __all__ = [
     "open_errors",
     "stream",
     "tail",
+    "statistics",
     "collect_to_store",
     "open_store",
     "group_topk",
     "fit",
+    "Statistic",
+    "RunScores",
     "ScaleModel",
+    "ScaleOptions",
+    "TailOptions",
+    "NotEnoughData",
     "select",
     "calibrate",
+    "Calibration",
+    "Exceedance",
     "split_budget",
     "ToleranceTable",
+    "ToleranceEntry",
+    "StatEntry",
     "load_table",
     "check",
     "assert_close",

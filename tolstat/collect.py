@@ -8,11 +8,6 @@ Both return an error dataset (``docs/schema.md``).
 from __future__ import annotations
 
 import os
-from importlib import metadata as _metadata
-import platform as _platform
-import socket
-import sys
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -20,93 +15,11 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 from ._dtypes import canonical_dtype
-from .errors import DEFAULT_SAMPLE_SIZE, RunRecord, build_dataset, summarize_run
-from .metrics import error_metrics
+from ._runs import Inputs, _as_inputs, _merged, _name, _provenance, _record, hardware_fingerprint
+from .dataset import DEFAULT_SAMPLE_SIZE, RunRecord, build_dataset
+from .stream import collect_to_store
 
 __all__ = ["Inputs", "collect", "from_pairs", "hardware_fingerprint"]
-
-
-@dataclass
-class Inputs:
-    """What ``make_inputs`` may return for one run.
-
-    Attributes
-    ----------
-    args : tuple
-        Positional arguments passed to both kernel and reference.
-    kwargs : dict
-        Keyword arguments passed to both.
-    labels : dict
-        Per-run labels (``dist="normal"``, ``variant="tiled"``...).
-    covariates : dict
-        Per-run covariates (``K=512``, ``scale=10.0``...).
-    """
-
-    args: tuple = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    labels: dict[str, Any] = field(default_factory=dict)
-    covariates: dict[str, float] = field(default_factory=dict)
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return _platform.processor() or _platform.machine() or "unknown"
-
-
-def hardware_fingerprint() -> tuple[str, str]:
-    """Describe this machine: ``(hardware label, platform string)``.
-
-    The hardware label is ``"cuda:<GPU name>"`` when torch is already imported and sees a
-    CUDA device, else ``"cpu:<CPU model>"``. The platform string lists the versions of
-    Python, numpy and torch (if installed). torch is never imported here.
-    """
-    parts = [f"python {_platform.python_version()}", f"numpy {np.__version__}"]
-    label = f"cpu:{_cpu_model()}"
-    try:  # the installed torch, whether or not it is imported (no import here)
-        parts.append(f"torch {_metadata.version('torch')}")
-    except _metadata.PackageNotFoundError:
-        pass
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        try:
-            if torch.cuda.is_available():
-                label = f"cuda:{torch.cuda.get_device_name(0)}"
-                parts.append(f"cuda {torch.version.cuda}")
-        except Exception:  # pragma: no cover - broken CUDA setups
-            pass
-    return label, "; ".join(parts)
-
-
-def _provenance(kind: str, **extra: Any) -> dict[str, Any]:
-    prov = {"created_by": kind, "host": socket.gethostname(), "pid": os.getpid()}
-    prov.update({k: v for k, v in extra.items() if v is not None})
-    return prov
-
-
-def _name(obj: Any) -> str:
-    return getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or repr(obj)
-
-
-def _as_inputs(x: Any) -> Inputs:
-    if isinstance(x, Inputs):
-        return x
-    if isinstance(x, Mapping):
-        return Inputs(kwargs=dict(x))
-    if isinstance(x, tuple):
-        return Inputs(args=x)
-    return Inputs(args=(x,))
-
-
-def _merged(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> dict[str, Any]:
-    out = dict(a or {})
-    out.update(b or {})
-    return out
 
 
 def collect(
@@ -179,8 +92,6 @@ def collect(
         (reported with the run index).
     """
     if store is not None:
-        from .stream import collect_to_store  # stream imports this module
-
         return collect_to_store(kernel, reference, make_inputs, op=op, dtype=dtype, runs=runs,
                                 store=store, hardware=hardware, seed=seed, labels=labels,
                                 covariates=covariates, sample_size=sample_size,
@@ -213,19 +124,6 @@ def collect(
         provenance=_provenance("tolstat.collect", kernel=_name(kernel),
                                reference=_name(reference), seed=seed, runs=int(runs)),
     )
-
-
-def _record(actual: Any, expected: Any, i: int, *, op: str, dtype: str, hardware: str,
-            platform: str, seed: int, labels: Mapping[str, Any],
-            covariates: Mapping[str, float], sample_size: int, rel_floor: float | None,
-            allow_nan: bool, rng: np.random.Generator) -> RunRecord:
-    try:
-        m = error_metrics(actual, expected, dtype=dtype, rel_floor=rel_floor, allow_nan=allow_nan)
-    except (ValueError, TypeError) as exc:
-        raise type(exc)(f"run {i}: {exc}") from exc
-    return summarize_run(m, op=op, hardware=hardware, platform=platform, seed=seed,
-                         run_index=i, labels=labels, covariates=covariates,
-                         sample_size=sample_size, rng=rng)
 
 
 def from_pairs(

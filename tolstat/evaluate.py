@@ -35,10 +35,14 @@ import xarray as xr
 from scipy import stats
 from tqdm.auto import tqdm
 
+from ._eval_tolstat import tolstat_methods
+from ._method import Method
+from ._util import atomic_write, atomic_write_text
 from ._version import __version__
+from .bounds import NotEnoughData
 from .collect import from_pairs
-from .errors import concat
-from .metrics import ErrorMetrics, error_metrics, ulp_distance
+from .dataset import concat
+from .metrics import error_metrics, ulp_distance
 
 __all__ = [
     "Method",
@@ -61,31 +65,6 @@ TORCH_DEFAULTS: dict[str, tuple[float, float]] = {
 
 
 # --------------------------------------------------------------------------- methods
-class Method:
-    """A tolerance method: calibrate on correct runs, then flag checks.
-
-    Subclasses set ``name``, ``family`` (``"static"``, ``"study"``, ``"tolstat"``) and
-    ``budget`` (the promised false-positive rate per check, or None) and implement
-    :meth:`calibrate` and :meth:`score`.
-    """
-
-    name: str = "method"
-    family: str = "static"
-    budget: float | None = None
-
-    def calibrate(self, cal: xr.Dataset) -> None:
-        """Fit to the calibration error dataset (static methods ignore it)."""
-
-    def score(self, m: ErrorMetrics, *, op: str, dtype: str, actual: np.ndarray,
-              expected: np.ndarray, covariates: Mapping[str, float]) -> float:
-        """Check statistic as a fraction of the threshold: the check fails when > 1."""
-        raise NotImplementedError
-
-    def describe(self) -> str:
-        """One line: the rule."""
-        return self.name
-
-
 class AllClose(Method):
     """Static ``|d| <= atol + rtol*|ref|`` with one (atol, rtol) per dtype."""
 
@@ -138,10 +117,6 @@ def default_methods(fp_budget: float, confidence: float) -> list[Method]:
         AllClose("atol=rtol=1e-2", {d: (1e-2, 1e-2) for d in TORCH_DEFAULTS}),
         StudyRule(),
     ]
-    try:
-        from ._eval_tolstat import tolstat_methods
-    except ImportError:  # selection layer not available
-        return methods
     return methods + tolstat_methods(fp_budget, confidence)
 
 
@@ -306,11 +281,7 @@ class EvalResult:
             "counts": {"controls": int((self.checks.kind == "control").sum()),
                        "buggy": int((self.checks.kind == "bug").sum())},
         }
-        p = Path(path)
-        tmp = p.with_name(f".{p.name}.tmp")
-        tmp.write_text(json.dumps(doc, indent=2, default=_json_default))
-        os.replace(tmp, p)
-        return p
+        return atomic_write_text(path, json.dumps(doc, indent=2, default=_json_default))
 
 
 def _json_default(o: Any) -> Any:
@@ -382,9 +353,7 @@ def _evaluate(cfg: EvalConfig, methods: Sequence[Method] | None, progress: bool 
     for m in list(methods):
         try:
             m.calibrate(cal)
-        except ValueError as exc:  # e.g. too few calibration runs for the budget
-            if m.family != "tolstat":
-                raise
+        except NotEnoughData as exc:  # too few calibration runs for the budget
             skipped[m.name] = str(exc)
             methods.remove(m)
             print(f"tolstat evaluate: skipping {m.name!r}: {exc}", file=sys.stderr, flush=True)
@@ -495,11 +464,7 @@ def write_outputs(result: EvalResult, out_dir: str | os.PathLike[str], *, plots:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = [result.to_json(out / "results.json")]
-    checks_path = out / "checks.nc"
-    tmp = out / ".checks.nc.tmp"
-    result.checks.to_netcdf(tmp, engine="h5netcdf")
-    os.replace(tmp, checks_path)
-    written.append(checks_path)
+    written.append(atomic_write(out / "checks.nc", lambda tmp: result.checks.to_netcdf(tmp, engine="h5netcdf")))
     written.append(save(result.calibration, out / "calibration.nc"))
     if plots:
         from .plots import plot_evaluation

@@ -112,7 +112,7 @@ class TolstatSession:
     def record(self, actual: Any, expected: Any, *, op: str, dtype: str, nodeid: str,
                covariates: Mapping[str, Any] | None) -> None:
         """Keep the error summary of a passing check."""
-        from .errors import summarize_run
+        from .dataset import summarize_run
         from .metrics import error_metrics
 
         m = error_metrics(actual, expected, dtype=dtype)
@@ -128,7 +128,7 @@ class TolstatSession:
         """Write the recorded runs (at session end)."""
         if not self.record_path or not self.records:
             return None
-        from .errors import build_dataset
+        from .dataset import build_dataset
         from .io import save
 
         names = sorted({k for r in self.records for k in r.covariates})

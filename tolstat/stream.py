@@ -16,7 +16,7 @@ the collection's arguments (attribute ``manifest``) and ``done.log``: one JSON l
 completed run with its string labels, appended (and fsync'ed) only after all of the run's
 arrays are written. A run is done exactly when its line is in the log. When all runs are
 done the store is *finalized*: string labels are written from the log, the ``sample``
-dimension is trimmed as :func:`tolstat.errors.build_dataset` trims it, provenance is set
+dimension is trimmed as :func:`tolstat.dataset.build_dataset` trims it, provenance is set
 and the metadata consolidated; the result opens with :func:`tolstat.open_errors` and
 equals ``tolstat.collect(...)`` with the same arguments except for provenance.
 
@@ -44,8 +44,8 @@ from tqdm.auto import tqdm
 
 from ._dtypes import canonical_dtype
 from ._version import __version__
-from .collect import _as_inputs, _merged, _name, _provenance, _record, hardware_fingerprint
-from .errors import DEFAULT_SAMPLE_SIZE, RUN_STATS, SAMPLE_VARS, RunRecord, build_dataset, _label_value
+from ._runs import _as_inputs, _merged, _name, _provenance, _record, hardware_fingerprint
+from .dataset import DEFAULT_SAMPLE_SIZE, RUN_STATS, SAMPLE_VARS, RunRecord, build_dataset, _label_value
 from .io import open_errors
 
 __all__ = ["collect_to_store", "open_store", "store_progress", "StoreProgress"]

@@ -12,6 +12,7 @@ import xarray as xr
 from numba import njit, prange
 
 from .._version import __version__
+from ..dataset import GROUP_DIMS
 from . import bootstrap as _bs
 from . import evt as _evt
 from . import orderstat as _os
@@ -19,7 +20,6 @@ from . import quantile as _q
 
 __all__ = ["fit", "group_values", "METHODS", "STATISTICS"]
 
-GROUP_DIMS = ("op", "dtype", "hardware")
 RUN_STATISTICS = ("max_abs", "max_ulp", "max_rel", "mean_abs")
 SAMPLE_STATISTICS = ("sample_abs", "sample_ulp", "sample_rel")
 STATISTICS = RUN_STATISTICS + SAMPLE_STATISTICS
