@@ -17,6 +17,7 @@ import xarray as xr
 
 from ._version import __version__
 from .metrics import ErrorMetrics
+from .statistics import metric_covariates
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -96,6 +97,60 @@ def _fmt_shape(shape: Sequence[int]) -> str:
     return "x".join(str(int(s)) for s in shape) if len(shape) else "scalar"
 
 
+def _run_stats(metrics: ErrorMetrics) -> tuple[dict[str, Any], np.ndarray]:
+    """The run-level statistics of one run and its error quantiles (:data:`QUANTILES`)."""
+    abs_e = metrics.abs
+    nf = metrics.n_nonfinite
+    finite = ~metrics.nonfinite
+    with np.errstate(invalid="ignore", over="ignore"):
+        mean_abs = float(abs_e.mean()) if nf == 0 else float("inf")
+        sig = metrics.signed[finite & np.isfinite(metrics.signed)]
+        mean_signed = float(sig.mean()) if sig.size else 0.0
+        cov = metric_covariates(metrics)
+        q = np.quantile(abs_e, QUANTILES) if nf == 0 else np.quantile(
+            np.where(metrics.nonfinite, np.inf, abs_e), QUANTILES, method="higher"
+        )
+    stats = {
+        "n_elements": metrics.n_elements,
+        "n_frontier": 0,
+        "n_nonfinite": nf,
+        "max_abs": float(abs_e.max()),
+        "max_rel": float(metrics.rel.max()),
+        "max_ulp": float(metrics.ulp.max()),
+        "mean_abs": mean_abs,
+        "mean_signed": mean_signed,
+        "rel_floor": metrics.rel_floor,
+        "ref_max_abs": cov["ref_max_abs"],
+        "ref_rms": cov["ref_rms"],
+    }
+    return stats, q
+
+
+def _sample_indices(metrics: ErrorMetrics, sample_size: int,
+                    rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
+    """Indices of the element sample (front or hull first, then uniform) and the front length."""
+    n = metrics.n_elements
+    abs_e = metrics.abs
+    if n <= sample_size:
+        return np.arange(n), int(pareto_frontier(abs_e, metrics.ref_abs).size)
+    rng = np.random.default_rng() if rng is None else rng
+    front = pareto_frontier(abs_e, metrics.ref_abs)
+    keep = front
+    if front.size > sample_size // 2:
+        # a long front (error ~ proportional to |ref|): keep its upper convex hull,
+        # which holds the run maximum of every score |d| / (a + b*|ref|), then the
+        # largest-|d| rest of the front
+        hull = upper_hull(front, abs_e, metrics.ref_abs)
+        rest = np.setdiff1d(front, hull, assume_unique=True)
+        rest = rest[np.argsort(-abs_e[rest], kind="stable")]
+        keep = np.concatenate([hull, rest])[: max(sample_size // 2, min(hull.size, sample_size))]
+    rest = rng.choice(n - keep.size, size=sample_size - keep.size, replace=False)
+    # map draws from the complement of `keep` back to element indices
+    ks = np.sort(keep)
+    rest = rest + np.searchsorted(ks - np.arange(ks.size), rest, side="right")
+    return np.sort(np.concatenate([keep, rest])), int(front.size)
+
+
 def summarize_run(
     metrics: ErrorMetrics,
     *,
@@ -117,55 +172,10 @@ def summarize_run(
     """
     if sample_size < 1:
         raise ValueError(f"sample_size must be >= 1, got {sample_size}")
-    n = metrics.n_elements
-    abs_e = metrics.abs
-    nf = metrics.n_nonfinite
-    finite = ~metrics.nonfinite
-    with np.errstate(invalid="ignore", over="ignore"):
-        mean_abs = float(abs_e.mean()) if nf == 0 else float("inf")
-        sig = metrics.signed[finite & np.isfinite(metrics.signed)]
-        mean_signed = float(sig.mean()) if sig.size else 0.0
-        ref = metrics.ref_abs[np.isfinite(metrics.ref_abs)]
-        ref_max = float(ref.max()) if ref.size else 0.0
-        ref_rms = float(np.sqrt(np.mean(np.square(ref)))) if ref.size else 0.0
-        q = np.quantile(abs_e, QUANTILES) if nf == 0 else np.quantile(
-            np.where(metrics.nonfinite, np.inf, abs_e), QUANTILES, method="higher"
-        )
-    stats = {
-        "n_elements": n,
-        "n_frontier": 0,
-        "n_nonfinite": nf,
-        "max_abs": float(abs_e.max()),
-        "max_rel": float(metrics.rel.max()),
-        "max_ulp": float(metrics.ulp.max()),
-        "mean_abs": mean_abs,
-        "mean_signed": mean_signed,
-        "rel_floor": metrics.rel_floor,
-        "ref_max_abs": ref_max,
-        "ref_rms": ref_rms,
-    }
-    if n <= sample_size:
-        idx = np.arange(n)
-        n_front = int(pareto_frontier(abs_e, metrics.ref_abs).size)
-    else:
-        rng = np.random.default_rng() if rng is None else rng
-        front = pareto_frontier(abs_e, metrics.ref_abs)
-        n_front = int(front.size)
-        keep = front
-        if front.size > sample_size // 2:
-            # a long front (error ~ proportional to |ref|): keep its upper convex hull,
-            # which holds the run maximum of every score |d| / (a + b*|ref|), then the
-            # largest-|d| rest of the front
-            hull = upper_hull(front, abs_e, metrics.ref_abs)
-            rest = np.setdiff1d(front, hull, assume_unique=True)
-            rest = rest[np.argsort(-abs_e[rest], kind="stable")]
-            keep = np.concatenate([hull, rest])[: max(sample_size // 2, min(hull.size, sample_size))]
-        rest = rng.choice(n - keep.size, size=sample_size - keep.size, replace=False)
-        # map draws from the complement of `keep` back to element indices
-        ks = np.sort(keep)
-        rest = rest + np.searchsorted(ks - np.arange(ks.size), rest, side="right")
-        idx = np.sort(np.concatenate([keep, rest]))
+    stats, q = _run_stats(metrics)
+    idx, n_front = _sample_indices(metrics, sample_size, rng)
     stats["n_frontier"] = n_front
+    abs_e = metrics.abs
     samples = {
         "sample_abs": abs_e[idx],
         "sample_signed": metrics.signed[idx],

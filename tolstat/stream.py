@@ -45,7 +45,7 @@ from tqdm.auto import tqdm
 from ._dtypes import canonical_dtype
 from ._version import __version__
 from ._runs import _as_inputs, _merged, _name, _provenance, _record, hardware_fingerprint
-from .dataset import DEFAULT_SAMPLE_SIZE, RUN_STATS, SAMPLE_VARS, RunRecord, build_dataset, _label_value
+from .dataset import BUILTIN_COVARIATES, DEFAULT_SAMPLE_SIZE, RUN_STATS, SAMPLE_VARS, RunRecord, build_dataset, _label_value
 from .io import open_errors
 
 __all__ = ["collect_to_store", "open_store", "store_progress", "StoreProgress"]
@@ -324,20 +324,7 @@ def collect_to_store(
     RuntimeError
         Another process is writing the same store.
     """
-    if not isinstance(runs, (int, np.integer)) or runs < 1:
-        raise ValueError(f"runs must be a positive integer, got {runs!r}")
-    for nm, f in (("kernel", kernel), ("reference", reference), ("make_inputs", make_inputs)):
-        if not callable(f):
-            raise TypeError(f"{nm} must be callable, got {type(f).__name__}")
-    if sample_size < 1:
-        raise ValueError(f"sample_size must be >= 1, got {sample_size}")
-    if chunk_runs < 1:
-        raise ValueError(f"chunk_runs must be >= 1, got {chunk_runs}")
-    path = Path(store)
-    if path.suffix.lower() != ".zarr":
-        raise ValueError(f"store must be a zarr directory ending in '.zarr', got {os.fspath(path)!r}")
-    if not path.parent.exists():
-        raise FileNotFoundError(f"directory {os.fspath(path.parent)!r} does not exist")
+    path = _check_store_args(kernel, reference, make_inputs, runs, store, sample_size, chunk_runs)
     dt = canonical_dtype(dtype)
     hw_label, plat = hardware_fingerprint()
     hw = hw_label if hardware is None else str(hardware)
@@ -358,44 +345,75 @@ def collect_to_store(
                        rel_floor=rel_floor, allow_nan=allow_nan, rng=rng)
 
     with _locked(path):
-        if overwrite and path.exists():
-            shutil.rmtree(path)
-        first: RunRecord | None = None
-        if path.exists():
-            old = _read_manifest(path)
-            diff = [f"{key}: store has {old.get(key)!r}, call has {manifest[key]!r}"
-                    for key in IDENTITY if old.get(key) != manifest[key]]
-            if diff:
-                raise ValueError(
-                    f"store {os.fspath(path)!r} was made with different arguments; resuming "
-                    "would mix collections. Use another store or overwrite=True. Differences: "
-                    + "; ".join(diff)
-                )
-            manifest = old
-            _clean_partials(path)
-        else:
-            first = measure(0)
-            _create_store(path, first, manifest)
+        manifest, first = _open_or_create(path, manifest, overwrite, measure)
         log = _read_log(path)
         if not manifest.get("complete"):
             todo = [i for i in range(runs) if i not in log]
             if todo:
-                g = _zarr_group(path)
-                arrays = _arrays(g)
-                label_keys = [x for x in str(g.attrs.get("labels", "")).split(",") if x]
-                cov_keys = [x for x in str(g.attrs.get("covariates", "")).split(",") if x
-                            and x not in ("ref_max_abs", "ref_rms", "n_elements")]
-                size = int(manifest["sample_size"])
                 disable = None if progress is None else not progress
-                for i in tqdm(todo, desc=f"collect {op}/{dt} -> {path.name}", disable=disable,
-                              leave=False):
-                    rec = first if (i == 0 and first is not None) else measure(i)
-                    _write_run(arrays, i, rec, size, label_keys, cov_keys)
-                    lab = _string_labels(rec)
-                    _append_log(path, i, lab)
-                    log[i] = lab
+                bar = tqdm(todo, desc=f"collect {op}/{dt} -> {path.name}", disable=disable, leave=False)
+                _write_runs(path, manifest, log, bar, first, measure)
             _finalize(path, manifest, log)
     return open_errors(path, chunks=chunks)
+
+
+def _check_store_args(kernel: Any, reference: Any, make_inputs: Any, runs: Any, store: Any,
+                      sample_size: int, chunk_runs: int) -> Path:
+    """Validate the arguments of :func:`collect_to_store`; the store path."""
+    if not isinstance(runs, (int, np.integer)) or runs < 1:
+        raise ValueError(f"runs must be a positive integer, got {runs!r}")
+    for nm, f in (("kernel", kernel), ("reference", reference), ("make_inputs", make_inputs)):
+        if not callable(f):
+            raise TypeError(f"{nm} must be callable, got {type(f).__name__}")
+    if sample_size < 1:
+        raise ValueError(f"sample_size must be >= 1, got {sample_size}")
+    if chunk_runs < 1:
+        raise ValueError(f"chunk_runs must be >= 1, got {chunk_runs}")
+    path = Path(store)
+    if path.suffix.lower() != ".zarr":
+        raise ValueError(f"store must be a zarr directory ending in '.zarr', got {os.fspath(path)!r}")
+    if not path.parent.exists():
+        raise FileNotFoundError(f"directory {os.fspath(path.parent)!r} does not exist")
+    return path
+
+
+def _open_or_create(path: Path, manifest: dict[str, Any], overwrite: bool,
+                    measure: Callable[[int], RunRecord]) -> tuple[dict[str, Any], RunRecord | None]:
+    """Resume a store made with the same arguments, or create it from run 0 (returned)."""
+    if overwrite and path.exists():
+        shutil.rmtree(path)
+    if path.exists():
+        old = _read_manifest(path)
+        diff = [f"{key}: store has {old.get(key)!r}, call has {manifest[key]!r}"
+                for key in IDENTITY if old.get(key) != manifest[key]]
+        if diff:
+            raise ValueError(
+                f"store {os.fspath(path)!r} was made with different arguments; resuming "
+                "would mix collections. Use another store or overwrite=True. Differences: "
+                + "; ".join(diff)
+            )
+        _clean_partials(path)
+        return old, None
+    first = measure(0)
+    _create_store(path, first, manifest)
+    return manifest, first
+
+
+def _write_runs(path: Path, manifest: Mapping[str, Any], log: dict[int, dict[str, str]], todo: Any,
+                first: RunRecord | None, measure: Callable[[int], RunRecord]) -> None:
+    """Measure and write the runs ``todo`` (run 0 may already be measured: ``first``)."""
+    g = _zarr_group(path)
+    arrays = _arrays(g)
+    label_keys = [x for x in str(g.attrs.get("labels", "")).split(",") if x]
+    cov_keys = [x for x in str(g.attrs.get("covariates", "")).split(",") if x
+                and x not in BUILTIN_COVARIATES]
+    size = int(manifest["sample_size"])
+    for i in todo:
+        rec = first if (i == 0 and first is not None) else measure(i)
+        _write_run(arrays, i, rec, size, label_keys, cov_keys)
+        lab = _string_labels(rec)
+        _append_log(path, i, lab)
+        log[i] = lab
 
 
 def store_progress(store: str | os.PathLike[str]) -> StoreProgress:

@@ -12,7 +12,7 @@ One module per family, each a set of numba kernels on plain numpy arrays
 and :func:`fit`, which applies them per (op, dtype, hardware) group of an error dataset.
 """
 
-from ._apply import METHODS, STATISTICS, fit, group_values
+from ._apply import FIT_STATISTICS, METHODS, fit, group_values
 from .bootstrap import (
     BootstrapResult,
     bootstrap_quantile_bound,
@@ -49,7 +49,7 @@ __all__ = [
     "fit",
     "group_values",
     "METHODS",
-    "STATISTICS",
+    "FIT_STATISTICS",
     "quantile",
     "quantile_groups",
     "kth_smallest_groups",
