@@ -13,6 +13,7 @@ describes it)::
 
 from ._dtypes import SUPPORTED_DTYPES, canonical_dtype
 from ._version import __version__
+from ._runs import Hardware
 from .collect import Inputs, collect, from_pairs, hardware_fingerprint
 from .dataset import concat, indexed, validate
 from .estimators import fit
@@ -25,7 +26,7 @@ from .table import StatEntry, ToleranceEntry, ToleranceTable, load_table
 from .selection import calibrate, select
 from .checks import CheckResult, assert_close, check
 from . import statistics, stream, tail
-from .stream import collect_to_store, open_store
+from .stream import StoreProgress, collect_to_store, open_store
 from .estimators.tail import group_topk
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "collect",
     "from_pairs",
     "hardware_fingerprint",
+    "Hardware",
     "validate",
     "concat",
     "indexed",
@@ -49,6 +51,7 @@ __all__ = [
     "statistics",
     "collect_to_store",
     "open_store",
+    "StoreProgress",
     "group_topk",
     "fit",
     "Statistic",

@@ -12,14 +12,14 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata as _metadata
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
 from .dataset import RunRecord, summarize_run
 from .metrics import error_metrics
 
-__all__ = ["Inputs", "hardware_fingerprint"]
+__all__ = ["Inputs", "Hardware", "hardware_fingerprint"]
 
 
 @dataclass
@@ -55,8 +55,27 @@ def _cpu_model() -> str:
     return _platform.processor() or _platform.machine() or "unknown"
 
 
-def hardware_fingerprint() -> tuple[str, str]:
-    """Describe this machine: ``(hardware label, platform string)``.
+@dataclass(frozen=True)
+class Hardware:
+    """What :func:`hardware_fingerprint` found; unpacks as ``label, platform``.
+
+    Attributes
+    ----------
+    label : str
+        ``"cuda:<GPU name>"`` or ``"cpu:<CPU model>"`` (the dataset's ``hardware``).
+    platform : str
+        Versions of Python, numpy, torch (and CUDA).
+    """
+
+    label: str
+    platform: str
+
+    def __iter__(self) -> Iterator[str]:
+        return iter((self.label, self.platform))
+
+
+def hardware_fingerprint() -> Hardware:
+    """Describe this machine: hardware label and platform string (:class:`Hardware`).
 
     The hardware label is ``"cuda:<GPU name>"`` when torch is already imported and sees a
     CUDA device, else ``"cpu:<CPU model>"``. The platform string lists the versions of
@@ -76,7 +95,7 @@ def hardware_fingerprint() -> tuple[str, str]:
                 parts.append(f"cuda {torch.version.cuda}")
         except Exception:  # pragma: no cover - broken CUDA setups
             pass
-    return label, "; ".join(parts)
+    return Hardware(label, "; ".join(parts))
 
 
 def _provenance(kind: str, **extra: Any) -> dict[str, Any]:

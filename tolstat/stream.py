@@ -35,6 +35,7 @@ import os
 import shutil
 import uuid
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
@@ -59,8 +60,26 @@ IDENTITY = ("op", "dtype", "seed", "runs", "hardware", "labels", "covariates", "
 STRING_LABELS = ("op", "dtype", "hardware", "platform", "shape")
 
 
-class StoreProgress(dict):
-    """State of a streaming store: ``runs``, ``done`` (sorted run indices), ``complete``."""
+@dataclass(frozen=True)
+class StoreProgress:
+    """State of a streaming store.
+
+    Attributes
+    ----------
+    runs : int
+        Runs the collection asks for.
+    done : list of int
+        Completed run indices, sorted.
+    complete : bool
+        The store is finished.
+    manifest : dict
+        The store's manifest (the arguments it was made with).
+    """
+
+    runs: int
+    done: list[int]
+    complete: bool
+    manifest: dict[str, Any] = field(default_factory=dict)
 
 
 def _manifest(*, op: str, dtype: str, seed: int, runs: int, hardware: str,
@@ -417,7 +436,7 @@ def _write_runs(path: Path, manifest: Mapping[str, Any], log: dict[int, dict[str
 
 
 def store_progress(store: str | os.PathLike[str]) -> StoreProgress:
-    """How far a streaming collection got: ``{"runs", "done", "complete", "manifest"}``."""
+    """How far a streaming collection got (:class:`StoreProgress`)."""
     path = Path(store)
     if not path.exists():
         raise FileNotFoundError(f"no store at {os.fspath(path)!r}")
@@ -447,24 +466,24 @@ def open_store(store: str | os.PathLike[str], *, chunks: Any = None, partial: bo
     """
     prog = store_progress(store)
     path = Path(store)
-    if prog["complete"]:
+    if prog.complete:
         return open_errors(path, chunks=chunks)
     if not partial:
         raise ValueError(
-            f"collection in {os.fspath(path)!r} is unfinished ({len(prog['done'])} of "
-            f"{prog['runs']} runs done): re-run collect_to_store with the same arguments to "
+            f"collection in {os.fspath(path)!r} is unfinished ({len(prog.done)} of "
+            f"{prog.runs} runs done): re-run collect_to_store with the same arguments to "
             "finish it, or pass partial=True"
         )
-    if not prog["done"]:
+    if not prog.done:
         raise ValueError(f"no run of {os.fspath(path)!r} is done yet")
     log = _read_log(path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ds = xr.open_dataset(path, engine="zarr", consolidated=False, chunks=chunks)
-    done = np.asarray(prog["done"])
+    done = np.asarray(prog.done)
     ds = ds.isel(run=done)
     names = list(STRING_LABELS) + [x for x in str(ds.attrs.get("labels", "")).split(",") if x]
     ds = ds.assign_coords({n: ("run", np.array([log[int(i)][n] for i in done], dtype=str)) for n in names})
-    k = min(int(prog["manifest"]["sample_size"]), max(int(ds["n_sample"].max()), 1))
+    k = min(int(prog.manifest["sample_size"]), max(int(ds["n_sample"].max()), 1))
     ds = ds.isel(sample=slice(0, k))
     return ds if chunks is not None else ds.load()
