@@ -8,12 +8,13 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["unit_interval", "atomic_write", "atomic_write_text", "group_codes", "ANY", "GROUP_DIMS"]
+__all__ = ["unit_interval", "atomic_write", "atomic_write_text", "Groups", "group_rows", "ANY", "GROUP_DIMS"]
 
 #: the grouping of an error dataset and of a tolerance table
 GROUP_DIMS = ("op", "dtype", "hardware")
@@ -36,7 +37,7 @@ def unit_interval(name: str, value: Any) -> float:
     except (TypeError, ValueError):
         raise ValueError(f"{name} must be a number in (0, 1), got {value!r}") from None
     if not (0.0 < f < 1.0):
-        raise ValueError(f"{name} must lie strictly between 0 and 1, got {value!r}")
+        raise ValueError(f"{name} must lie strictly between 0 and 1, got {f!r}")
     return f
 
 
@@ -104,24 +105,54 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
 
 
 # --------------------------------------------------------------------------- grouping
-def group_codes(labels: Sequence[Any]) -> tuple[list[tuple[str, ...]], np.ndarray]:
-    """Group rows by several label columns.
+@dataclass(frozen=True)
+class Groups:
+    """Rows grouped by several label columns (see :func:`group_rows`).
+
+    Attributes
+    ----------
+    levels : list of numpy.ndarray
+        The sorted distinct values of each label column.
+    shape : tuple of int
+        ``len`` of each level: the dense grid of all label combinations.
+    flat : numpy.ndarray of int
+        Per row, the flat (C-order) index of its combination in the grid.
+    present : numpy.ndarray of int
+        The flat grid indices of the combinations that have rows, sorted.
+    codes : numpy.ndarray of int
+        Per row, the index of its combination in ``present``.
+    """
+
+    levels: list[np.ndarray]
+    shape: tuple[int, ...]
+    flat: np.ndarray
+    present: np.ndarray
+    codes: np.ndarray
+
+    def keys(self) -> list[tuple[Any, ...]]:
+        """The label values of each present combination (in ``present`` order)."""
+        idx = np.unravel_index(self.present, self.shape) if self.levels else ()
+        return [tuple(lv[i[j]] for lv, i in zip(self.levels, idx)) for j in range(self.present.size)]
+
+
+def group_rows(labels: Sequence[Any], n: int | None = None) -> Groups:
+    """Group rows by label columns (e.g. the ``op``, ``dtype``, ``hardware`` of each run).
 
     Parameters
     ----------
     labels : sequence of array_like
-        Label columns of equal length (converted to ``str``).
-
-    Returns
-    -------
-    keys : list of tuple of str
-        The distinct label combinations, sorted.
-    codes : numpy.ndarray of int
-        For each row, the index of its key in ``keys``.
+        Label columns of equal length (may be empty: one group of all rows).
+    n : int, optional
+        Number of rows (needed only when ``labels`` is empty).
     """
-    cols = [np.asarray(c).astype(str) for c in labels]
-    if not cols:
-        raise ValueError("group_codes needs at least one label column")
-    keys = np.array(["\x00".join(t) for t in zip(*cols)], dtype=str) if len(cols[0]) else np.empty(0, str)
-    uniq, inv = np.unique(keys, return_inverse=True)
-    return [tuple(str(u).split("\x00")) for u in uniq], np.asarray(inv, dtype=np.int64).ravel()
+    levels, inv = [], []
+    for col in labels:
+        u, i = np.unique(np.asarray(col), return_inverse=True)
+        levels.append(u)
+        inv.append(np.asarray(i, dtype=np.int64).ravel())
+    shape = tuple(len(u) for u in levels)
+    rows = len(inv[0]) if inv else int(n or 0)
+    flat = np.ravel_multi_index(inv, shape) if inv and rows else np.zeros(rows, np.int64)
+    present, codes = np.unique(flat, return_inverse=True)
+    return Groups(levels, shape, np.asarray(flat, dtype=np.int64), present,
+                  np.asarray(codes, dtype=np.int64).ravel())

@@ -15,6 +15,7 @@ import numba
 import numpy as np
 import xarray as xr
 
+from ._util import GROUP_DIMS
 from ._version import __version__
 from .metrics import ErrorMetrics
 from .statistics import metric_covariates
@@ -37,7 +38,6 @@ __all__ = [
 SCHEMA_VERSION = 1
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 DEFAULT_SAMPLE_SIZE = 4096
-GROUP_DIMS = ("op", "dtype", "hardware")
 
 #: labels every dataset has, in this order
 SYSTEM_LABELS = ("op", "dtype", "hardware", "platform", "shape", "seed", "run_index")

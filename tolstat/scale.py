@@ -46,6 +46,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ._dtypes import target_dtype
+from ._util import unit_interval
 from .statistics import MAX_STATISTICS, RUN_BLOCK, RunScores, bias_score, run_blocks, sample_mask
 from .statistics import get as get_statistic
 
@@ -252,8 +253,7 @@ class ScaleOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "linear", tuple(self.linear))
         object.__setattr__(self, "power", tuple(self.power))
-        if not 0 < self.quantile < 1:
-            raise ValueError(f"ScaleOptions.quantile must lie in (0, 1), got {self.quantile!r}")
+        unit_interval("ScaleOptions.quantile", self.quantile)
         if self.solver not in ("statsmodels", "lp"):
             raise ValueError(f"solver must be 'statsmodels' or 'lp', got {self.solver!r}")
 
@@ -471,8 +471,7 @@ def fit_scale(
     """
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
-    if not 0 < quantile < 1:
-        raise ValueError(f"quantile must lie in (0, 1), got {quantile}")
+    unit_interval("quantile", quantile)
     dtype = str(ds["dtype"].values[0])
     eps = target_dtype(dtype).eps
     if form == "baseline":

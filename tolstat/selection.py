@@ -35,7 +35,7 @@ from typing import Any, Sequence
 import numpy as np
 import xarray as xr
 
-from ._util import ANY, GROUP_DIMS, group_codes
+from ._util import ANY, GROUP_DIMS, group_rows
 from ._util import unit_interval as _unit
 from ._version import __version__
 from .bounds import (
@@ -177,9 +177,10 @@ def _checked_scores(scores: Any, where: str) -> np.ndarray:
 
 # --------------------------------------------------------------------------- select
 def _group_keys(ds: xr.Dataset, by: Sequence[str]) -> tuple[list[tuple[str, ...]], np.ndarray]:
-    cols = [np.asarray(ds[name].values) if name in by else np.full(ds.sizes["run"], ANY)
+    cols = [np.asarray(ds[name].values).astype(str) if name in by else np.full(ds.sizes["run"], ANY)
             for name in GROUP_DIMS]
-    return group_codes(cols)
+    g = group_rows(cols)
+    return [tuple(str(v) for v in k) for k in g.keys()], g.codes
 
 
 def select(

@@ -13,6 +13,7 @@ import xarray as xr
 from numba import njit, prange
 
 from .._version import __version__
+from .._util import group_rows
 from ..dataset import GROUP_DIMS
 from . import bootstrap as _bs
 from . import evt as _evt
@@ -128,10 +129,8 @@ def group_values(errors: xr.Dataset, statistic: str = "max_abs") -> tuple[xr.Dat
     if vals.shape[0] and _count_negative(vals.reshape(-1)) > 0:
         raise ValueError(f"{statistic} has negative values; error metrics must be nonnegative")
 
-    labels = [np.asarray(errors[d].values).astype(str) for d in GROUP_DIMS]
-    uniq, codes = zip(*(np.unique(lab, return_inverse=True) for lab in labels))
-    shape = tuple(len(u) for u in uniq)
-    gid = np.ravel_multi_index(codes, shape) if vals.shape[0] else np.zeros(0, np.int64)
+    groups = group_rows([np.asarray(errors[d].values).astype(str) for d in GROUP_DIMS])
+    uniq, shape, gid = groups.levels, groups.shape, groups.flat
     G = int(np.prod(shape))
     counts = np.bincount(gid, minlength=G)
     present = counts > 0

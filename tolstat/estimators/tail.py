@@ -30,6 +30,7 @@ from typing import Any, Hashable, Sequence
 import numpy as np
 import xarray as xr
 
+from .._util import group_rows
 from ..dataset import GROUP_DIMS
 from .orderstat import order_statistic_min_n
 from .orderstat import order_statistic_rank as _os_rank
@@ -123,16 +124,8 @@ def _labels(ds: xr.Dataset, by: Sequence[str]) -> list[np.ndarray]:
 def _group_codes(ds: xr.Dataset, by: Sequence[str]) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
     """Compact group code per run, the unique values per label, and the grid position
     (flat index into the dense label grid) of every compact group."""
-    labs = _labels(ds, by)
-    uniq, inv = [], []
-    for v in labs:
-        u, i = np.unique(v, return_inverse=True)
-        uniq.append(u)
-        inv.append(i.ravel().astype(np.int64))
-    shape = tuple(len(u) for u in uniq)
-    flat = np.ravel_multi_index(inv, shape) if inv else np.zeros(ds.sizes["run"], np.int64)
-    present, codes = np.unique(flat, return_inverse=True)
-    return codes.ravel().astype(np.int64), uniq, present
+    g = group_rows(_labels(ds, by), ds.sizes["run"])
+    return g.codes, g.levels, g.present
 
 
 def _statistic(ds: xr.Dataset, statistic: str | xr.DataArray) -> xr.DataArray:
