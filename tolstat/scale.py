@@ -472,6 +472,9 @@ def fit_scale(
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
     unit_interval("quantile", quantile)
+    if form != "normalised" and (tuple(linear) or tuple(power)):
+        raise ValueError(f"linear/power covariates are chosen by the normalised form only; form={form!r} got "
+                         f"linear={tuple(linear)!r}, power={tuple(power)!r}")
     dtype = str(ds["dtype"].values[0])
     eps = target_dtype(dtype).eps
     if form == "baseline":
@@ -485,20 +488,35 @@ def fit_scale(
         coef, _, notes = fit_allclose(a, r, quantile, solver=solver)
         return ScaleModel("allclose", atol=float(coef[0]), rtol=float(coef[1]), quantile=quantile, notes=notes)
     if form == "size_aware":
-        if size_covariate is None:
-            size_covariate = "K" if "K" in ds else "n_elements"
-        power = (size_covariate,)
-        linear = ("ref_rms",)  # the run's magnitude: reductions err with the operands, not the output
-        unit = eps
+        size = size_covariate if size_covariate is not None else ("K" if "K" in ds else "n_elements")
+        # the run's magnitude: reductions err with the operands, not the output
+        power_names, linear_names, unit = (size,), ("ref_rms",), eps
     else:
-        unit = 1.0
-    power = tuple(power)
-    linear = tuple(linear)
-    for name in power + linear:
+        power_names, linear_names, unit = tuple(power), tuple(linear), 1.0
+    for name in power_names + linear_names:
         if name not in ds:
             raise ValueError(f"covariate {name!r} is not in the dataset (have {_covs(ds)})")
+    pw, notes = _fit_power(ds, power_names, solver)
+    extra = {k: np.asarray(ds[k].values, dtype=np.float64)[rows] for k in linear_names}
+    mult = np.ones(a.size)
+    for k, (beta, ref) in pw.items():
+        mult = mult * (np.asarray(ds[k].values, dtype=np.float64)[rows] / ref) ** beta
+    coef, names, n2 = fit_allclose(a / (unit * mult), r, quantile, extra=extra, solver=solver)
+    if n2:
+        notes.append(n2)
+    lin = {k: float(coef[2 + j]) for j, k in enumerate(linear_names)}
+    return ScaleModel(form, atol=float(coef[0]), rtol=float(coef[1]), unit=unit, linear=lin, power=pw,
+                      quantile=quantile, notes="; ".join(notes))
+
+
+def _fit_power(ds: Any, power: tuple[str, ...], solver: str) -> tuple[dict[str, tuple[float, float]], list[str]]:
+    """Exponents and reference values of the power covariates, and notes.
+
+    The exponents come from a median log-linear quantile regression of the run's
+    ``log max_abs`` on ``log ref_rms`` and the log covariates.
+    """
     pw: dict[str, tuple[float, float]] = {}
-    notes = []
+    notes: list[str] = []
     if power:
         P = {k: np.asarray(ds[k].values, dtype=np.float64) for k in power}
         for k, v in P.items():
@@ -522,18 +540,7 @@ def fit_scale(
         else:
             notes.append("size covariates do not vary (or all errors are 0): exponents set to 0")
         pw = {k: (betas[k], refs[k]) for k in power}
-    extra = {}
-    for k in linear:
-        extra[k] = np.asarray(ds[k].values, dtype=np.float64)[rows]
-    mult = np.ones(a.size)
-    for k, (beta, ref) in pw.items():
-        mult = mult * (np.asarray(ds[k].values, dtype=np.float64)[rows] / ref) ** beta
-    coef, names, n2 = fit_allclose(a / (unit * mult), r, quantile, extra=extra, solver=solver)
-    if n2:
-        notes.append(n2)
-    lin = {k: float(coef[2 + j]) for j, k in enumerate(linear)}
-    return ScaleModel(form, atol=float(coef[0]), rtol=float(coef[1]), unit=unit, linear=lin, power=pw,
-                      quantile=quantile, notes="; ".join(notes))
+    return pw, notes
 
 
 def _covs(ds: Any) -> list[str]:
