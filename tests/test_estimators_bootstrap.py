@@ -77,6 +77,7 @@ def test_resample_statistic_is_numpy_quantile_of_some_resample():
     assert np.all((tb >= 0) & (tb <= 49)) and np.all(np.isin(tb * 2, np.arange(99)))
 
 
+@pytest.mark.slow
 def test_return_level_bounds_and_degenerate():
     rng = np.random.default_rng(24)
     y = rng.exponential(1.0, 3000)

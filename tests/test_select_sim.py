@@ -43,6 +43,7 @@ def _run(n: int, a: float, fam: str) -> tuple[int, int, int, list[float], set[st
     return R, refused, cov, tight, methods
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", sorted(REPEATS))
 def test_coverage_of_thresholds(n):
     rows = []

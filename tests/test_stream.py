@@ -156,6 +156,7 @@ def test_small_runs_and_sample_padding(tmp_path):
     _same(a, b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,at", [("kill_kernel", 1), ("kill_kernel", 6), ("kill_write", 40),
                                      ("kill_write", 3)])
 def test_kill_and_resume(kernels, expected, tmp_path, mode, at):
