@@ -57,7 +57,8 @@ __all__ = [
 class ScaleLike(Protocol):
     """What a statistic needs of a noise-scale model (:class:`tolstat.ScaleModel`)."""
 
-    covariates: list[str]
+    @property
+    def covariates(self) -> list[str]: ...
 
     def scale(self, ref_abs: Any, cov: Mapping[str, Any] | None = None, dtype: Any = None) -> np.ndarray: ...
 
@@ -263,7 +264,7 @@ class Statistic:
         if self.kind == "run" and self.from_metrics is None:
             raise ValueError(f"run statistic {self.name!r} needs from_metrics")
 
-    def elements(self, m: ErrorMetrics, model: Any = None, covariates: Mapping[str, Any] | None = None,
+    def elements(self, m: ErrorMetrics, model: ScaleLike | None = None, covariates: Mapping[str, Any] | None = None,
                  dtype: str | None = None) -> np.ndarray:
         """Element scores of one pair (``inf`` at non-finite outputs, 0 at matching NaNs)."""
         if self.element_scores is None:
@@ -272,7 +273,7 @@ class Statistic:
         elem = np.where(m.nonfinite, np.inf, elem)
         return np.where(np.isnan(elem), 0.0, elem)
 
-    def value(self, m: ErrorMetrics, model: Any = None, covariates: Mapping[str, Any] | None = None,
+    def value(self, m: ErrorMetrics, model: ScaleLike | None = None, covariates: Mapping[str, Any] | None = None,
               dtype: str | None = None) -> float:
         """The statistic of one output/reference pair."""
         if self.kind == "run":
@@ -280,21 +281,21 @@ class Statistic:
             return float(self.from_metrics(m, model, covariates or {}, dtype or m.dtype))
         return float(np.max(self.elements(m, model, covariates, dtype)))
 
-    def run_scores(self, ds: Any, model: Any = None) -> RunScores:
+    def run_scores(self, ds: Any, model: ScaleLike | None = None) -> RunScores:
         """The statistic of every run of an error dataset."""
         missing = [v for v in self.needs if v not in ds]
         if missing:
             raise ValueError(f"statistic {self.name!r} needs the run variable(s) {missing} in the dataset")
         return self.from_dataset(ds, model)
 
-    def allowed(self, m: ErrorMetrics, threshold: float, model: Any = None,
+    def allowed(self, m: ErrorMetrics, threshold: float, model: ScaleLike | None = None,
                 covariates: Mapping[str, Any] | None = None, dtype: str | None = None) -> np.ndarray | None:
         """Largest ``|d_i|`` the threshold allows per element, or None."""
         if self.allowance is None:
             return None
         return self.allowance(m, threshold, model, covariates or {}, dtype or m.dtype)
 
-    def allclose_pair(self, threshold: float, dtype: str, model: Any = None,
+    def allclose_pair(self, threshold: float, dtype: str, model: ScaleLike | None = None,
                       covariates: Mapping[str, Any] | None = None) -> tuple[float, float]:
         """``(atol, rtol)`` equivalent of a threshold, or ``ValueError``."""
         if self.allclose is None:
