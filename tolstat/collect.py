@@ -127,6 +127,8 @@ def collect(
     progress: bool | None = None,
     store: str | os.PathLike[str] | None = None,
     chunks: Any = None,
+    magnitude: Callable[..., Any] | str | None = None,
+    rowwise: bool = False,
 ) -> xr.Dataset:
     """Run a kernel and its float64 reference on generated inputs; return the errors.
 
@@ -166,6 +168,16 @@ def collect(
     chunks : dict, "auto" or None
         With ``store``: how to open the finished store (``None`` loads it into memory,
         ``{"run": N}`` returns a dask-backed dataset).
+    magnitude : callable or "ref", optional
+        Record the operator-noise statistics of :func:`tolstat.noise.run_statistics`
+        (``op_max``, ``op_rms``, ... and the op's invariants) as per-run variables.
+        A callable takes the reference's arguments and returns the op applied to the
+        absolute inputs (float64, e.g. ``|A| @ |B|``); ``"ref"`` uses ``|expected|``.
+        The reduction length ``K`` is the run's covariate ``K`` (1 if absent). Not
+        supported with ``store``.
+    rowwise : bool, default False
+        With ``magnitude``: the op works on rows along the last axis (softmax, norms,
+        attention); adds the per-row statistics.
 
     Returns
     -------
@@ -178,6 +190,8 @@ def collect(
         ``runs < 1``, unknown dtype, or any error of :func:`tolstat.error_metrics`
         (reported with the run index).
     """
+    if store is not None and magnitude is not None:
+        raise ValueError("magnitude (operator statistics) is not supported with store=...")
     if store is not None:
         from .stream import collect_to_store  # stream imports this module
 
@@ -201,11 +215,14 @@ def collect(
         inp = _as_inputs(make_inputs(rng))
         actual = kernel(*inp.args, **inp.kwargs)
         expected = reference(*inp.args, **inp.kwargs)
+        cov = _merged(covariates, inp.covariates)
+        mag = magnitude(*inp.args, **inp.kwargs) if callable(magnitude) else magnitude
         records.append(
             _record(actual, expected, i, op=op, dtype=dt, hardware=hw, platform=plat,
                     seed=seed, labels=_merged(labels, inp.labels),
-                    covariates=_merged(covariates, inp.covariates), sample_size=sample_size,
-                    rel_floor=rel_floor, allow_nan=allow_nan, rng=rng)
+                    covariates=cov, sample_size=sample_size,
+                    rel_floor=rel_floor, allow_nan=allow_nan, rng=rng,
+                    magnitude=mag, rowwise=rowwise)
         )
     return build_dataset(
         records,
@@ -218,14 +235,34 @@ def collect(
 def _record(actual: Any, expected: Any, i: int, *, op: str, dtype: str, hardware: str,
             platform: str, seed: int, labels: Mapping[str, Any],
             covariates: Mapping[str, float], sample_size: int, rel_floor: float | None,
-            allow_nan: bool, rng: np.random.Generator) -> RunRecord:
+            allow_nan: bool, rng: np.random.Generator, magnitude: Any = None,
+            rowwise: bool = False) -> RunRecord:
     try:
         m = error_metrics(actual, expected, dtype=dtype, rel_floor=rel_floor, allow_nan=allow_nan)
+        op_stats = _op_stats(actual, expected, magnitude, dtype=dtype, op=op,
+                             covariates=covariates, rowwise=rowwise)
     except (ValueError, TypeError) as exc:
         raise type(exc)(f"run {i}: {exc}") from exc
-    return summarize_run(m, op=op, hardware=hardware, platform=platform, seed=seed,
-                         run_index=i, labels=labels, covariates=covariates,
-                         sample_size=sample_size, rng=rng)
+    rec = summarize_run(m, op=op, hardware=hardware, platform=platform, seed=seed,
+                        run_index=i, labels=labels, covariates=covariates,
+                        sample_size=sample_size, rng=rng)
+    rec.op_stats = op_stats
+    return rec
+
+
+def _op_stats(actual: Any, expected: Any, magnitude: Any, *, dtype: str, op: str,
+              covariates: Mapping[str, float], rowwise: bool) -> dict[str, float]:
+    """Operator-noise statistics of one run, or {} when no magnitude is given."""
+    if magnitude is None:
+        return {}
+    from .noise import run_statistics
+
+    if isinstance(magnitude, str):
+        if magnitude != "ref":
+            raise ValueError(f"magnitude must be an array, a callable or 'ref', got {magnitude!r}")
+        magnitude = None
+    return run_statistics(actual, expected, dtype=dtype, magnitude=magnitude,
+                          K=float(covariates.get("K", 1.0)), rowwise=rowwise, op=op)
 
 
 def from_pairs(
@@ -241,6 +278,8 @@ def from_pairs(
     rel_floor: float | None = None,
     allow_nan: bool = False,
     progress: bool | None = None,
+    magnitude: str | None = None,
+    rowwise: bool = False,
 ) -> xr.Dataset:
     """Build an error dataset from (actual, expected) outputs the user already has.
 
@@ -248,18 +287,31 @@ def from_pairs(
     ----------
     pairs : iterable
         Each item is ``(actual, expected)``, ``(actual, expected, labels)``,
-        ``(actual, expected, labels, covariates)`` or a mapping with keys ``actual``,
-        ``expected`` and optionally ``labels``, ``covariates``. Arrays may be numpy
-        arrays, torch tensors, or anything with ``__array__`` / ``__dlpack__``.
+        ``(actual, expected, labels, covariates)``, the same with a magnitude array
+        third: ``(actual, expected, magnitude[, labels[, covariates]])`` (a third item
+        that is not a mapping is a magnitude), or a mapping with keys ``actual``,
+        ``expected`` and optionally ``magnitude``, ``labels``, ``covariates``. Arrays may
+        be numpy arrays, torch tensors, or anything with ``__array__`` / ``__dlpack__``.
+        The magnitude is the op applied to the absolute inputs (see
+        :func:`tolstat.noise.noise_scale`); with it, the operator-noise statistics of
+        :func:`tolstat.noise.run_statistics` are stored per run. Either every pair has a
+        magnitude or none.
     op, dtype, hardware, labels, covariates, sample_size, rel_floor, allow_nan, progress
         As in :func:`collect`.
     seed : int, default 0
         Seed of the element sampling (run ``i`` uses ``default_rng([seed, i])``).
+    magnitude : "ref", optional
+        ``"ref"``: store the operator-noise statistics for pairs without a magnitude
+        array too, with ``m = |expected|``.
+    rowwise : bool, default False
+        As in :func:`collect`.
 
     Returns
     -------
     xarray.Dataset
     """
+    if magnitude not in (None, "ref"):
+        raise ValueError(f"magnitude must be None or 'ref', got {magnitude!r}")
     dt = canonical_dtype(dtype)
     hw_label, plat = hardware_fingerprint()
     hw = hw_label if hardware is None else str(hardware)
@@ -272,20 +324,28 @@ def from_pairs(
             except KeyError as exc:
                 raise ValueError(f"pair {i}: mapping needs keys 'actual' and 'expected'") from exc
             lab, cov = item.get("labels"), item.get("covariates")
-        elif isinstance(item, (tuple, list)) and 2 <= len(item) <= 4:
-            actual, expected = item[0], item[1]
-            lab = item[2] if len(item) > 2 else None
-            cov = item[3] if len(item) > 3 else None
+            mag = item.get("magnitude")
+        elif isinstance(item, (tuple, list)) and 2 <= len(item) <= 5:
+            actual, expected, *rest = item
+            mag = None
+            if len(item) == 5 or (rest and rest[0] is not None
+                                  and not isinstance(rest[0], Mapping)):
+                mag, rest = rest[0], rest[1:]
+            lab = rest[0] if len(rest) > 0 else None
+            cov = rest[1] if len(rest) > 1 else None
         else:
             raise TypeError(
-                f"pair {i}: expected (actual, expected[, labels[, covariates]]) or a mapping, "
-                f"got {type(item).__name__}"
+                f"pair {i}: expected (actual, expected[, magnitude][, labels[, covariates]]) "
+                f"or a mapping, got {type(item).__name__}"
             )
+        if mag is None:
+            mag = magnitude
         rng = np.random.default_rng([seed, i])
         records.append(
             _record(actual, expected, i, op=op, dtype=dt, hardware=hw, platform=plat,
                     seed=-1, labels=_merged(labels, lab), covariates=_merged(covariates, cov),
-                    sample_size=sample_size, rel_floor=rel_floor, allow_nan=allow_nan, rng=rng)
+                    sample_size=sample_size, rel_floor=rel_floor, allow_nan=allow_nan, rng=rng,
+                    magnitude=mag, rowwise=rowwise)
         )
     if not records:
         raise ValueError("from_pairs got no pairs")

@@ -90,6 +90,8 @@ class RunRecord:
     stats: dict[str, float]
     quantiles: np.ndarray
     samples: dict[str, np.ndarray] = field(default_factory=dict)
+    #: whole-output statistics of the operator noise model (``tolstat.noise``); optional
+    op_stats: dict[str, float] = field(default_factory=dict)
 
 
 def _fmt_shape(shape: Sequence[int]) -> str:
@@ -320,6 +322,7 @@ def build_dataset(
             np.array([r.covariates[key] for r in records], dtype=np.float64),
             {"long_name": f"user covariate {key}", "role": "covariate"},
         )
+    data.update(_op_stat_vars(records))
     n_sample = np.array([len(r.samples["sample_abs"]) for r in records], dtype=np.int64)
     if (n_sample > k).any():
         raise ValueError(f"a run has more samples ({n_sample.max()}) than sample_size={k}")
@@ -346,6 +349,25 @@ def build_dataset(
         "provenance": json.dumps([prov]),
     }
     return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def _op_stat_vars(records: Sequence[RunRecord]) -> dict[str, xr.Variable]:
+    """The optional per-run operator-noise statistics (all runs or none)."""
+    keys = list(records[0].op_stats)
+    for i, r in enumerate(records):
+        if list(r.op_stats) != keys:
+            raise ValueError(
+                f"run {i} has operator statistics {sorted(r.op_stats)} but run 0 has "
+                f"{sorted(keys)}: give a magnitude for every run or for none"
+            )
+    from .noise import STATISTICS
+
+    return {
+        k: xr.Variable("run", np.array([r.op_stats[k] for r in records], dtype=np.float64),
+                       {"long_name": STATISTICS.get(k, f"operator invariant {k}"),
+                        "units": "rounding-noise units", "role": "op_statistic"})
+        for k in keys
+    }
 
 
 def label_names(ds: xr.Dataset) -> list[str]:

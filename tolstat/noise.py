@@ -13,7 +13,8 @@ This module turns that into one per-element **noise scale**
 
 .. math::
 
-    s_i = c_{out} u_{out} |ref_i| + c_{acc} u_{acc} \\sqrt{K} m_i + u_{out} \\, tiny_{out}
+    s_i = c_{out} u_{out} |ref_i| + c_{acc} u_{acc} \\sqrt{K} m_i
+          + c_{mid} u_{out} m_i / \\sqrt{K} + u_{out} \\, tiny_{out}
 
 and reduces the **normalised error** ``z_i = d_i / s_i`` (``d = actual - expected`` in
 float64) of one run to a handful of statistics (:func:`run_statistics`): the maximum, the
@@ -152,6 +153,7 @@ def noise_scale(
     acc_dtype: Any = "float32",
     c_out: float = 1.0,
     c_acc: float = 1.0,
+    c_mid: float = 0.0,
 ) -> np.ndarray:
     """Per-element noise scale ``s_i`` of the operator model (module docstring).
 
@@ -170,6 +172,12 @@ def noise_scale(
         Accumulation format (``u_acc``).
     c_out, c_acc : float, default 1
         Weights of the two terms. The half-ULP property needs ``c_out >= 1``.
+    c_mid : float, default 0
+        Weight of an optional third term ``c_mid * u_out * m_i / sqrt(K)``: one rounding
+        to the *output* format of an intermediate value of the size of a typical
+        partial sum (kernels that store partial results in the output format: split-K
+        with atomic adds, attention probabilities cast to the output format for the
+        second product, scans that store block totals).
 
     Returns
     -------
@@ -183,6 +191,7 @@ def noise_scale(
     K = _check_pos("K", K)
     c_out = _check_pos("c_out", c_out)
     c_acc = _check_pos("c_acc", c_acc)
+    c_mid = _check_pos("c_mid", c_mid)
     aref = np.abs(ref)
     if magnitude is None:
         m = aref
@@ -197,6 +206,8 @@ def noise_scale(
     with np.errstate(invalid="ignore", over="ignore"):
         s = (c_out * u_out) * aref
         s += (c_acc * u_acc * math.sqrt(K)) * m
+        if c_mid:
+            s += (c_mid * u_out / math.sqrt(max(K, 1.0))) * m
         s += u_out * td.tiny
     return s
 
@@ -321,6 +332,7 @@ def run_statistics(
     frac_k: float = FRAC_K,
     c_out: float = 1.0,
     c_acc: float = 1.0,
+    c_mid: float = 0.0,
 ) -> dict[str, float]:
     """Whole-output statistics of the normalised error of one run.
 
@@ -335,7 +347,7 @@ def run_statistics(
         the same shape.
     dtype : str or dtype
         Output format.
-    magnitude, K, acc_dtype, c_out, c_acc
+    magnitude, K, acc_dtype, c_out, c_acc, c_mid
         See :func:`noise_scale`.
     row_axis : int, default -1
         Axis along which a row runs (row-wise ops).
@@ -369,7 +381,7 @@ def run_statistics(
         if not isinstance(row_axis, (int, np.integer)) or not -a.ndim <= row_axis < a.ndim:
             raise ValueError(f"row_axis {row_axis!r} is not an axis of a {a.ndim}-d output")
     s = noise_scale(e, dtype=dtype, magnitude=magnitude, K=K, acc_dtype=acc_dtype,
-                    c_out=c_out, c_acc=c_acc)
+                    c_out=c_out, c_acc=c_acc, c_mid=c_mid)
     names = statistic_names(op)
     inv = invariants(op)
     out: dict[str, float] = {}
