@@ -15,8 +15,8 @@ false-positive rate on the held-out controls and the recall on detectable buggy 
 per-(op, dtype) threshold equal to the empirical ``1 - budget`` quantile of calibration
 runs (plain quantile; no finite-sample certificate: this measures power, not validity).
 
-Combined scores ``S = max_j T_j / q_j``: the calibration *cases* are split in two halves
-(all variants of a case stay together); ``q_j`` is a quantile of ``T_j`` on the first half
+Combined scores ``S = max_j T_j / q_j``: the calibration *cases* are split at random in
+two halves (all variants of a case stay together); ``q_j`` is a quantile of ``T_j`` on the first half
 and the threshold on ``S`` the ``1 - budget`` quantile on the second.
 
 Run::
@@ -141,7 +141,12 @@ class Combined:
                                 for c in self.cols]), axis=0)
 
     def fit(self, cal, budget):
-        half = np.asarray(cal["case"]) % 2 == 0
+        # a random half of the cases (all variants of a case together); a parity split
+        # would give the halves disjoint (shape, dist, scale) cells of the case grid
+        case = np.asarray(cal["case"])
+        ids = np.unique(case)
+        pick = np.random.default_rng(12345).permutation(ids)[: ids.size // 2]
+        half = np.isin(case, pick)
         a = {c: np.asarray(cal[c])[half] for c in self.cols}
         b = {c: np.asarray(cal[c])[~half] for c in self.cols}
         self.q = {}
@@ -220,8 +225,16 @@ def default_methods():
                       [f"i:{c}" for c in core + inv + ["op_mean", "op_frac"]], 0.99))
     M.append(Combined("S max+rms, m+mid, q=p99", ["i:op_max", "i:op_rms"], 0.99))
     M.append(Combined("S core (no inv), m+mid, q=p99", [f"i:{c}" for c in core], 0.99))
-    M.append(Combined("S core+inv, both m and m+mid, q=p99",
-                      [f"{k}:{c}" for k in "mi" for c in core + inv], 0.99))
+    for p in (0.9, 0.95, 0.99):
+        M.append(Combined(f"S core+inv, both m and m+mid, q=p{int(p * 100)}",
+                          [f"{k}:{c}" for k in "mi" for c in core + inv], p))
+    M.append(Combined("S core+inv, all three m, q=p99",
+                      [f"{k}:{c}" for k in "mir" for c in core + inv], 0.99))
+    M.append(Combined("S max+rms+inv, both m and m+mid, q=p99",
+                      [f"{k}:{c}" for k in "mi" for c in ["op_max", "op_rms"] + inv], 0.99))
+    M.append(Combined("S core+inv+row_bias, both m and m+mid, q=p99",
+                      [f"{k}:{c}" for k in "mi" for c in core + inv + ["op_row_bias_max"]],
+                      0.99))
     return M
 
 

@@ -17,7 +17,7 @@ from .metrics import ErrorMetrics, error_metrics, ulp_distance
 from .scale import ScaleModel
 from .selection import ToleranceTable, calibrate, load_table, select, split_budget
 from .checks import CheckResult, assert_close, check
-from . import stream, tail
+from . import noise, stream, tail
 from .stream import collect_to_store, open_store
 from .tail import group_topk
 
@@ -37,6 +37,7 @@ __all__ = [
     "indexed",
     "save",
     "open_errors",
+    "noise",
     "stream",
     "tail",
     "collect_to_store",
