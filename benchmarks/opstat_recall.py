@@ -165,14 +165,17 @@ def _cols(rows, keys):
     return {k: np.array([r.get(k, np.nan) for r in rows]) for k in keys}
 
 
-def analyse(rows, budget, methods):
+def analyse(rows, budget, methods, by_variant=False):
+    """Fit each method per (op, dtype) group (per (op, dtype, variant) with
+    ``by_variant``: a bug is then checked against its base variant's threshold)."""
     keys = sorted({k for r in rows for k in r})
     by_group = {}
     for r in rows:
-        by_group.setdefault((r["op"], r["dtype"]), []).append(r)
+        g = (r["op"], r["dtype"], r["variant"]) if by_variant else (r["op"], r["dtype"])
+        by_group.setdefault(g, []).append(r)
     flags = {m.name: [] for m in methods}
     meta = []
-    for (op, dt), rs in sorted(by_group.items()):
+    for _, rs in sorted(by_group.items()):
         cal = [r for r in rs if r["part"] == "cal"]
         test = [r for r in rs if r["part"] == "test"]
         C, T = _cols(cal, keys), _cols(test, keys)
@@ -238,17 +241,27 @@ def default_methods():
     return M
 
 
-def _md(summary, per_bug, cfg, seconds):
-    lines = ["# Operator-noise statistics: recall on the embedded corpus", "",
-             f"Config: {json.dumps(cfg)}; collection {seconds:.0f} s.", "",
-             "Thresholds: per (op, dtype), the empirical (1 - budget) quantile of calibration "
-             "runs (no finite-sample certificate). Recall is over detectable buggy runs.", "",
-             "| method | FP (held-out controls) | recall (detectable) | subtle |",
+def _table(summary):
+    lines = ["| method | FP (held-out controls) | recall (detectable) | subtle |",
              "|---|---|---|---|"]
     for s in summary:
         lines.append(f"| {s['method']} | {s['fp']}/{s['n_control']} ({100 * s['fp_rate']:.2f}%) "
                      f"| {s['caught']}/{s['n_detectable']} ({100 * s['recall_detectable']:.1f}%) "
                      f"| {s['caught_subtle']}/{s['n_subtle']} ({100 * s['recall_subtle']:.1f}%) |")
+    return lines
+
+
+def _md(summary, per_bug, cfg, seconds, summary_v=None, per_bug_v=None):
+    lines = ["# Operator-noise statistics: recall on the embedded corpus", "",
+             f"Config: {json.dumps(cfg)}; collection {seconds:.0f} s.", "",
+             "Thresholds: per (op, dtype), the empirical (1 - budget) quantile of calibration "
+             "runs (no finite-sample certificate). Recall is over detectable buggy runs.", "",
+             "## Groups (op, dtype): one threshold covers every correct variant", ""]
+    lines += _table(summary)
+    if summary_v is not None:
+        lines += ["", "## Groups (op, dtype, variant): a bug checked against its base variant",
+                  ""]
+        lines += _table(summary_v)
     names = [s["method"] for s in summary]
     lines += ["", "## Per bug kind (detectable runs caught)", "",
               "| bug | category | " + " | ".join(names) + " |",
@@ -257,6 +270,16 @@ def _md(summary, per_bug, cfg, seconds):
     for b in order:
         r = per_bug[b]
         lines.append(f"| {b} | {r['category']} | " + " | ".join(r.get(n, "-") for n in names) + " |")
+    if per_bug_v is not None:
+        pick = [n for n in names if n.startswith(("op_max", "S core+inv+row_bias, both",
+                                                  "baseline"))]
+        lines += ["", "## Per bug kind, groups (op, dtype, variant)", "",
+                  "| bug | category | " + " | ".join(pick) + " |",
+                  "|---|---|" + "---|" * len(pick)]
+        for b in order:
+            r = per_bug_v[b]
+            lines.append(f"| {b} | {r['category']} | "
+                         + " | ".join(r.get(n, "-") for n in pick) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -295,12 +318,14 @@ def main(argv=None):
         _atomic_write(Path(args.cache), gzip.compress(pickle.dumps((rows, seconds))))
     methods = default_methods()
     summary, per_bug = analyse(rows, args.budget, methods)
+    summary_v, per_bug_v = analyse(rows, args.budget, methods, by_variant=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     _atomic_write(out.with_suffix(".json"), json.dumps(
-        {"config": cfg, "collect_seconds": seconds, "summary": summary, "per_bug": per_bug},
+        {"config": cfg, "collect_seconds": seconds, "summary": summary, "per_bug": per_bug,
+         "summary_by_variant": summary_v, "per_bug_by_variant": per_bug_v},
         indent=2).encode())
-    md = _md(summary, per_bug, cfg, seconds)
+    md = _md(summary, per_bug, cfg, seconds, summary_v, per_bug_v)
     _atomic_write(out.with_suffix(".md"), md.encode())
     print(md)
 

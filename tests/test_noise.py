@@ -228,6 +228,21 @@ def test_norm_and_log_softmax_invariants():
     assert good < 5.0 < 20.0 < worse
 
 
+def test_record_statistics_names_and_mid_shape():
+    rng = np.random.default_rng(9)
+    ref = _softmax(rng.standard_normal((4, 64)))
+    out = round_once(ref, "float16")
+    st = noise.record_statistics(out, ref, dtype="float16", K=64, rowwise=True, op="softmax")
+    assert list(st) == noise.record_statistic_names("softmax")
+    assert set(noise.score_statistic_names("softmax")) <= set(st)
+    assert "inv_row_sum_mid" in noise.score_statistic_names("softmax")
+    # the intermediate-store term only widens the noise scale
+    assert st["op_rms_mid"] <= st["op_rms"] and st["op_max_mid"] <= st["op_max"]
+    s0 = noise_scale(ref, dtype="float16", K=64)
+    s1 = noise_scale(ref, dtype="float16", K=64, c_mid=1.0)
+    np.testing.assert_allclose(s1 - s0, unit_roundoff("float16") / 8 * np.abs(ref), rtol=1e-12)
+
+
 def test_register_invariant():
     name = "test_noise_op"
     register_invariant(name, "peak", lambda a, e, s: float(np.abs(a - e).max() / s.max()))
@@ -265,6 +280,12 @@ def test_from_pairs_with_magnitude_array():
     for k in noise.STATISTICS:
         assert ds[k].attrs["role"] == "op_statistic"
         np.testing.assert_array_equal(ds[k].values, [d[k] for d in direct])
+    out, ref, mag = pairs[2][:3]
+    mid = run_statistics(out, ref, dtype="float16", magnitude=mag, K=32, c_mid=1.0)
+    assert ds["op_rms_mid"].values[2] == mid["op_rms"]
+    assert "intermediate-store" in ds["op_rms_mid"].attrs["long_name"]
+    assert sorted(k for k in ds.data_vars if ds[k].attrs.get("role") == "op_statistic") == \
+        sorted(noise.record_statistic_names("matmul"))
     assert ds["variant"].values.tolist() == ["x"] * 4
     # 3-tuple: the third item is a magnitude unless it is a mapping (labels)
     ds3 = tolstat.from_pairs([p[:3] for p in pairs], op="matmul", dtype="float16", progress=False)

@@ -169,8 +169,9 @@ def collect(
         With ``store``: how to open the finished store (``None`` loads it into memory,
         ``{"run": N}`` returns a dask-backed dataset).
     magnitude : callable or "ref", optional
-        Record the operator-noise statistics of :func:`tolstat.noise.run_statistics`
-        (``op_max``, ``op_rms``, ... and the op's invariants) as per-run variables.
+        Record the operator-noise statistics of :func:`tolstat.noise.record_statistics`
+        (``op_max``, ``op_rms``, ..., the op's invariants, and the same under the
+        intermediate-store noise shape with suffix ``_mid``) as per-run variables.
         A callable takes the reference's arguments and returns the op applied to the
         absolute inputs (float64, e.g. ``|A| @ |B|``); ``"ref"`` uses ``|expected|``.
         The reduction length ``K`` is the run's covariate ``K`` (1 if absent). Not
@@ -255,14 +256,14 @@ def _op_stats(actual: Any, expected: Any, magnitude: Any, *, dtype: str, op: str
     """Operator-noise statistics of one run, or {} when no magnitude is given."""
     if magnitude is None:
         return {}
-    from .noise import run_statistics
+    from .noise import record_statistics
 
     if isinstance(magnitude, str):
         if magnitude != "ref":
             raise ValueError(f"magnitude must be an array, a callable or 'ref', got {magnitude!r}")
         magnitude = None
-    return run_statistics(actual, expected, dtype=dtype, magnitude=magnitude,
-                          K=float(covariates.get("K", 1.0)), rowwise=rowwise, op=op)
+    return record_statistics(actual, expected, dtype=dtype, magnitude=magnitude,
+                             K=float(covariates.get("K", 1.0)), rowwise=rowwise, op=op)
 
 
 def from_pairs(
@@ -294,7 +295,7 @@ def from_pairs(
         be numpy arrays, torch tensors, or anything with ``__array__`` / ``__dlpack__``.
         The magnitude is the op applied to the absolute inputs (see
         :func:`tolstat.noise.noise_scale`); with it, the operator-noise statistics of
-        :func:`tolstat.noise.run_statistics` are stored per run. Either every pair has a
+        :func:`tolstat.noise.record_statistics` are stored per run. Either every pair has a
         magnitude or none.
     op, dtype, hardware, labels, covariates, sample_size, rel_floor, allow_nan, progress
         As in :func:`collect`.

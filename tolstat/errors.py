@@ -360,11 +360,16 @@ def _op_stat_vars(records: Sequence[RunRecord]) -> dict[str, xr.Variable]:
                 f"run {i} has operator statistics {sorted(r.op_stats)} but run 0 has "
                 f"{sorted(keys)}: give a magnitude for every run or for none"
             )
-    from .noise import STATISTICS
+    from .noise import MID_SUFFIX, STATISTICS
+
+    def long_name(k: str) -> str:
+        base = k.removesuffix(MID_SUFFIX)
+        text = STATISTICS.get(base, f"operator invariant {base}")
+        return text + (" (noise model with the intermediate-store term)" if base != k else "")
 
     return {
         k: xr.Variable("run", np.array([r.op_stats[k] for r in records], dtype=np.float64),
-                       {"long_name": STATISTICS.get(k, f"operator invariant {k}"),
+                       {"long_name": long_name(k),
                         "units": "rounding-noise units", "role": "op_statistic"})
         for k in keys
     }

@@ -72,7 +72,10 @@ __all__ = [
     "unit_roundoff",
     "noise_scale",
     "run_statistics",
+    "record_statistics",
     "statistic_names",
+    "record_statistic_names",
+    "score_statistic_names",
     "register_invariant",
     "invariants",
     "STATISTICS",
@@ -427,3 +430,67 @@ def run_statistics(
                 raise ValueError(f"invariant {k!r} of op {op!r} returned {v!r}; it must be >= 0")
             out[f"inv_{k}"] = v
     return out
+
+
+#: suffix of the statistics computed with the intermediate-store term (``c_mid = 1``)
+MID_SUFFIX = "_mid"
+#: statistics (before the ``_mid`` copies and the ``inv_*``) that enter the recommended
+#: combined score ``S = max_j T_j / q_j`` (measured in ``benchmarks/opstat_recall.py``)
+SCORE_CORE = ("op_max", "op_rms", "op_row_rms_max", "op_bias", "op_row_bias_max")
+
+
+def record_statistics(
+    actual: Any,
+    expected: Any,
+    *,
+    dtype: Any,
+    magnitude: Any = None,
+    K: float = 1.0,
+    acc_dtype: Any = "float32",
+    row_axis: int = -1,
+    rowwise: bool = False,
+    op: str | None = None,
+) -> dict[str, float]:
+    """The per-run statistics an error dataset stores and a check recomputes.
+
+    :func:`run_statistics` under two noise shapes: the plain operator model
+    (``c_mid = 0``, names as in ``STATISTICS``) and the model with the
+    intermediate-store term (``c_mid = 1``, the same names with ``MID_SUFFIX``). Kernels
+    that store partial results in the output format (split-K atomics, attention
+    probabilities cast for the second product, scans storing block totals) are in the
+    second shape's units; kernels that do not are sharper in the first. On the embedded
+    corpus the combined score over both shapes caught more bugs than either alone at the
+    same false-positive rate (``docs/noise.md``).
+
+    Parameters
+    ----------
+    actual, expected, dtype, magnitude, K, acc_dtype, row_axis, rowwise, op
+        As in :func:`run_statistics`.
+
+    Returns
+    -------
+    dict of str to float
+        ``record_statistic_names(op)`` -> value.
+    """
+    kw = dict(dtype=dtype, magnitude=magnitude, K=K, acc_dtype=acc_dtype, row_axis=row_axis,
+              rowwise=rowwise, op=op)
+    out = run_statistics(actual, expected, **kw)
+    mid = run_statistics(actual, expected, c_mid=1.0, **kw)
+    out.update({k + MID_SUFFIX: v for k, v in mid.items()})
+    return out
+
+
+def record_statistic_names(op: str | None = None) -> list[str]:
+    """Names of the statistics :func:`record_statistics` returns for ``op``."""
+    base = statistic_names(op)
+    return base + [k + MID_SUFFIX for k in base]
+
+
+def score_statistic_names(op: str | None = None) -> list[str]:
+    """The recommended members of the combined score for ``op`` (both noise shapes).
+
+    ``SCORE_CORE`` plus the op's invariants, each under both noise shapes. Statistics
+    that are NaN for a run (row statistics of a non-row-wise op) should be skipped.
+    """
+    base = list(SCORE_CORE) + [f"inv_{k}" for k in invariants(op)]
+    return base + [k + MID_SUFFIX for k in base]
