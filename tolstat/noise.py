@@ -266,11 +266,18 @@ def _rows(x: np.ndarray) -> np.ndarray:
     return x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
 
 
-def _proj_stat(d: np.ndarray, s: np.ndarray, w: np.ndarray) -> float:
-    """max over rows |sum_j w_j d_j| / sqrt(sum_j w_j^2 s_j^2): a matched filter."""
-    d, s, w = _rows(d), _rows(s), _rows(w)
-    num = np.abs(np.einsum("ij,ij->i", w, d))
-    den = np.sqrt(np.einsum("ij,ij->i", w * w, s * s))
+def _proj_stat(d: np.ndarray, s: np.ndarray, w: np.ndarray | None = None) -> float:
+    """max over rows |sum_j w_j d_j| / sqrt(sum_j w_j^2 s_j^2): a matched filter
+    (``w = None``: all ones)."""
+    d, s = _rows(d), _rows(s)
+    if w is None:
+        num = np.abs(d.sum(-1))
+        den = np.sqrt(np.einsum("ij,ij->i", s, s))
+    else:
+        w = _rows(w)
+        num = np.abs(np.einsum("ij,ij->i", w, d))
+        ws = w * s
+        den = np.sqrt(np.einsum("ij,ij->i", ws, ws))
     with np.errstate(invalid="ignore", divide="ignore"):
         t = np.where(num == 0, 0.0, num / den)
     return float(t.max()) if t.size else 0.0
@@ -278,7 +285,7 @@ def _proj_stat(d: np.ndarray, s: np.ndarray, w: np.ndarray) -> float:
 
 def _inv_softmax_row_sum(a, e, s):
     """Rows of a softmax sum to 1: |sum_j a_j - sum_j e_j| in units of sqrt(sum s_j^2)."""
-    return _proj_stat(a - e, s, np.ones_like(a))
+    return _proj_stat(a - e, s)
 
 
 def _inv_masked_zero(a, e, s):
@@ -293,7 +300,7 @@ def _inv_log_softmax_lse(a, e, s):
 
 def _inv_row_mean(a, e, s):
     """A normalised row keeps the reference row's mean (mean 0 before the affine step)."""
-    return _proj_stat(a - e, s, np.ones_like(a))
+    return _proj_stat(a - e, s)
 
 
 def _inv_row_scale_centred(a, e, s):
@@ -416,8 +423,7 @@ def run_statistics(
         out["op_row_rms_max"] = float(math.sqrt(row_ms.max()))
         out["op_row_rms_mean"] = float(np.sqrt(row_ms).mean())
         out["op_row_bias_max"] = _proj_stat(np.moveaxis(d, row_axis, -1),
-                                            np.moveaxis(s, row_axis, -1),
-                                            np.ones(np.moveaxis(d, row_axis, -1).shape))
+                                            np.moveaxis(s, row_axis, -1))
     else:
         out["op_row_rms_max"] = out["op_row_rms_mean"] = out["op_row_bias_max"] = math.nan
     if inv:
