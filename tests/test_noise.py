@@ -345,3 +345,18 @@ def test_corpus_magnitudes_bound_the_reference():
             st = run_statistics(out, ref, dtype="float16", magnitude=m, K=case.covariates["K"],
                                 rowwise=op in corpus.ROWWISE, op=op)
             assert np.isfinite(st["op_max"]), op
+
+
+def test_corpus_calibration_dataset_records_op_statistics():
+    from tolstat.evaluate import EvalConfig, calibration_dataset
+
+    cfg = EvalConfig(ops=["mean", "softmax"], dtypes=("float16",), n_cal=3, quick=True)
+    ds = calibration_dataset(cfg, progress=False)
+    tolstat.validate(ds)
+    assert np.all(np.isfinite(ds["op_max"].values)) and np.all(np.isfinite(ds["op_rms_mid"].values))
+    soft = ds["op"].values == "softmax"
+    assert np.all(np.isfinite(ds["inv_row_sum"].values[soft]))
+    assert np.all(np.isnan(ds["inv_row_sum"].values[~soft]))  # mean has no such invariant
+    assert np.all(np.isnan(ds["op_row_rms_max"].values[~soft]))  # mean is not row-wise
+    # attrs survive concat although the first dataset (mean) lacks the variable
+    assert ds["inv_row_sum"].attrs["role"] == "op_statistic"

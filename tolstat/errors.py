@@ -514,9 +514,10 @@ def concat(datasets: Iterable[xr.Dataset]) -> xr.Dataset:
         prov.extend(json.loads(d.attrs.get("provenance", "[]")))
     out = xr.concat(padded, dim="run", data_vars="all", coords="different", compat="equals",
                     join="outer", combine_attrs="drop")
-    for name in out.data_vars:
-        if name in dss[0].data_vars:
-            out[name].attrs = dict(dss[0][name].attrs)
+    for name in out.data_vars:  # attrs from the first dataset that has the variable
+        first = next((d for d in dss if name in d.data_vars), None)
+        if first is not None:
+            out[name].attrs = dict(first[name].attrs)
     out.attrs = dict(dss[0].attrs)
     out.attrs["sample_size"] = int(k)
     out.attrs["provenance"] = json.dumps(prov)
