@@ -62,8 +62,8 @@ def _baseline(out, ref, dtype):
 
 def collect_runs(ops, dtypes, n_cal, n_test, seed, quick=False, progress=True):
     from tolstat import corpus
-    from tolstat.noise import run_statistics
     from tolstat.metrics import ulp_distance
+    from tolstat.noise import run_statistics
 
     rows = []
     bugs_by_op = {}
@@ -254,8 +254,8 @@ def _table(summary):
 def _md(summary, per_bug, cfg, seconds, summary_v=None, per_bug_v=None):
     lines = ["# Operator-noise statistics: recall on the embedded corpus", "",
              f"Config: {json.dumps(cfg)}; collection {seconds:.0f} s.", "",
-             "Thresholds: per (op, dtype), the empirical (1 - budget) quantile of calibration "
-             "runs (no finite-sample certificate). Recall is over detectable buggy runs.", "",
+             ("Thresholds: per group, the empirical (1 - budget) quantile of calibration "
+              "runs (no finite-sample certificate). Recall is over detectable buggy runs."), "",
              "## Groups (op, dtype): one threshold covers every correct variant", ""]
     lines += _table(summary)
     if summary_v is not None:
@@ -302,6 +302,7 @@ def main(argv=None):
     ap.add_argument("--from-cache", action="store_true")
     args = ap.parse_args(argv)
     from threadpoolctl import threadpool_limits
+
     from tolstat import corpus
 
     ops = args.ops or sorted(corpus.OPS)

@@ -62,24 +62,25 @@ True
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from ._dtypes import canonical_dtype, target_dtype
 
 __all__ = [
-    "unit_roundoff",
-    "noise_scale",
-    "run_statistics",
-    "record_statistics",
-    "statistic_names",
-    "record_statistic_names",
-    "score_statistic_names",
-    "register_invariant",
-    "invariants",
-    "STATISTICS",
     "FRAC_K",
+    "STATISTICS",
+    "invariants",
+    "noise_scale",
+    "record_statistic_names",
+    "record_statistics",
+    "register_invariant",
+    "run_statistics",
+    "score_statistic_names",
+    "statistic_names",
+    "unit_roundoff",
 ]
 
 _PRECISION = {  # significand bits including the implicit one
@@ -387,9 +388,9 @@ def run_statistics(
     if a.shape != e.shape:
         raise ValueError(f"actual has shape {a.shape} but expected has shape {e.shape}")
     frac_k = _check_pos("frac_k", frac_k)
-    if rowwise and a.ndim:
-        if not isinstance(row_axis, (int, np.integer)) or not -a.ndim <= row_axis < a.ndim:
-            raise ValueError(f"row_axis {row_axis!r} is not an axis of a {a.ndim}-d output")
+    if rowwise and a.ndim and (not isinstance(row_axis, (int, np.integer))
+                               or not -a.ndim <= row_axis < a.ndim):
+        raise ValueError(f"row_axis {row_axis!r} is not an axis of a {a.ndim}-d output")
     s = noise_scale(e, dtype=dtype, magnitude=magnitude, K=K, acc_dtype=acc_dtype,
                     c_out=c_out, c_acc=c_acc, c_mid=c_mid)
     names = statistic_names(op)
@@ -478,8 +479,9 @@ def record_statistics(
     dict of str to float
         ``record_statistic_names(op)`` -> value.
     """
-    kw = dict(dtype=dtype, magnitude=magnitude, K=K, acc_dtype=acc_dtype, row_axis=row_axis,
-              rowwise=rowwise, op=op)
+    kw: dict[str, Any] = {"dtype": dtype, "magnitude": magnitude, "K": K,
+                          "acc_dtype": acc_dtype, "row_axis": row_axis, "rowwise": rowwise,
+                          "op": op}
     out = run_statistics(actual, expected, **kw)
     mid = run_statistics(actual, expected, c_mid=1.0, **kw)
     out.update({k + MID_SUFFIX: v for k, v in mid.items()})

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-from ._base import OPS, F64, cast, np_dtype
+from ._base import F64, OPS, cast, np_dtype
 
 __all__ = ["MAGNITUDES", "ROWWISE", "run_magnitude"]
 
