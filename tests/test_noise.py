@@ -175,6 +175,8 @@ def test_bad_arguments():
         run_statistics(np.zeros((2, 3)), np.zeros((2, 3)), dtype="float16", rowwise=True, row_axis=2)
     with pytest.raises(ValueError, match="K must be"):
         run_statistics(np.zeros(3), np.zeros(3), dtype="float16", K=-1)
+    with pytest.raises(TypeError, match="floating-point array"):
+        run_statistics(np.array(["a"]), np.zeros(1), dtype="float16")
     with pytest.raises(ValueError, match="does not broadcast"):
         noise_scale(np.zeros(3), dtype="float16", magnitude=np.zeros(4))
 

@@ -134,11 +134,8 @@ def _f64(x: Any, name: str) -> np.ndarray:
     from .metrics import as_array
 
     a = as_array(x, name=name)
-    if a.dtype.kind not in "fiu" and a.dtype.kind != "V":
-        try:
-            return np.asarray(a, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"{name} must be a numeric array, got dtype {a.dtype}") from exc
+    if a.dtype.kind in "bOSUM":
+        raise TypeError(f"{name} must be a floating-point array, got dtype {a.dtype}")
     return np.asarray(a, dtype=np.float64)
 
 
