@@ -21,7 +21,8 @@ and the threshold on ``S`` the ``1 - budget`` quantile on the second.
 
 Run::
 
-    PYTHONPATH=. python benchmarks/opstat_recall.py --n-cal 150 --n-test 40
+    PYTHONPATH=. python benchmarks/opstat_recall.py              # seed 0 (about 1-2 min)
+    PYTHONPATH=. python benchmarks/opstat_recall.py --seed 10 --out benchmarks/results/opstat_recall_seed10
 
 Writes ``benchmarks/results/opstat_recall.json`` and ``.md`` (and a per-run cache under
 ``--cache`` to re-analyse without re-running kernels: ``--from-cache``).
@@ -291,8 +292,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--n-cal", type=int, default=150)
-    ap.add_argument("--n-test", type=int, default=40)
+    ap.add_argument("--n-cal", type=int, default=300)
+    ap.add_argument("--n-test", type=int, default=60)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--budget", type=float, default=0.01)
     ap.add_argument("--ops", nargs="*", default=None)
