@@ -13,7 +13,7 @@ PKG = Path(__file__).resolve().parents[1] / "tolstat"
 #: layer or of earlier ones, never later ones (a new module must be given a layer here)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("tolstat._version", "tolstat._dtypes", "tolstat._util")),
-    ("metrics", ("tolstat.metrics",)),
+    ("metrics", ("tolstat.metrics", "tolstat.noise")),
     ("dataset", ("tolstat.dataset", "tolstat.errors", "tolstat.statistics", "tolstat._runs", "tolstat.io",
                  "tolstat.stream", "tolstat.collect")),
     ("estimators", ("tolstat.estimators", "tolstat.estimators.*", "tolstat.scale", "tolstat.tail")),

@@ -25,7 +25,7 @@ from .bounds import Calibration, Exceedance, NotEnoughData, TailOptions, split_b
 from .table import StatEntry, ToleranceEntry, ToleranceTable, load_table
 from .selection import calibrate, select
 from .checks import CheckResult, assert_close, check
-from . import statistics, stream, tail
+from . import noise, statistics, stream, tail
 from .stream import StoreProgress, collect_to_store, open_store
 from .estimators.tail import group_topk
 
@@ -46,6 +46,7 @@ __all__ = [
     "indexed",
     "save",
     "open_errors",
+    "noise",
     "stream",
     "tail",
     "statistics",
