@@ -199,7 +199,7 @@ def collect_group(torch: Any, op: str, dtype: str, *, n: int, seed: int, quick: 
     pairs: list[tuple] = []
     variants = variants_for(op, device, kernels, triton_sm)
     for case in corpus.cases(op, dtype, n=n, seed=seed, quick=quick):
-        if time.perf_counter() > deadline:
+        if pairs and time.perf_counter() > deadline:  # a started group keeps at least one case
             return pairs, False
         ref = corpus.run_reference(case, dtype)
         stored = case.cast_inputs(dtype)  # the corpus's correctly rounded inputs
