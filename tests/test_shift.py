@@ -216,3 +216,24 @@ def test_evaluate_hook_only_with_a_gpu_dataset(a, b_same, tmp_path):
                          data_dir=tmp_path)
     assert text.startswith("GPU dataset gpu_test.nc:")
     assert "mm  " in text and "mm2" not in text  # only the groups evaluate calibrated
+
+
+@pytest.mark.slow
+def test_null_simulation_false_flags_stay_at_their_levels():
+    """A and B drawn without overlap from one pool of runs (the truth: no shift, and the true
+    FP rate of any threshold is the pool's): the familywise shift flag (Holm, level 0.05) and
+    the 'broken' flag (one-sided level 0.025 given a table that keeps its budget, which it
+    does with confidence 0.95) must be rare."""
+    pool = tolstat.collect(_kernel, _reference, _make, op="mm", dtype="float16", runs=1200, seed=7,
+                           hardware="pool", sample_size=16)
+    rng = np.random.default_rng(11)
+    reps, shifted, broken = 30, 0, 0
+    for _ in range(reps):
+        idx = rng.permutation(pool.sizes["run"])
+        res = tolstat.shift(pool.isel(run=np.sort(idx[:300])), pool.isel(run=np.sort(idx[300:600])),
+                            fp_budget=BUDGET, form=None)
+        shifted += bool(res.shifted)
+        broken += bool(res.broken)
+    # binomial(30, 0.05) exceeds 5 with probability 0.016; the broken flag's level is lower
+    assert shifted <= 5
+    assert broken <= 5
