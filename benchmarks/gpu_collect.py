@@ -72,7 +72,10 @@ def torch_kernels(torch: Any) -> dict[str, Callable[..., Any]]:
             return F.conv1d(x, w, bias, padding="same")
 
     def rms_norm(x, weight, eps):
-        return F.rms_norm(x, (x.shape[-1],), weight, eps)
+        if hasattr(F, "rms_norm"):  # torch >= 2.4
+            return F.rms_norm(x, (x.shape[-1],), weight, eps)
+        x32 = x.float()  # older torch: the usual float32 formulation
+        return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
 
     return {
         "matmul": lambda a, b: a @ b,
