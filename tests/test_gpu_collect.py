@@ -115,3 +115,18 @@ def test_cuda_requested_without_cuda_exits_2(gc, tmp_path, capsys):
     with pytest.raises(SystemExit, match="2"):
         gc.run(["--device", "cuda", "--out", str(tmp_path / "x.nc")])
     assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_shift_against_the_corpus_emulation(collected):
+    # the dataset pairs with the corpus's own collection of the same cases
+    from tolstat.evaluate import EvalConfig, calibration_dataset
+
+    _, ds = collected
+    emu = calibration_dataset(EvalConfig(ops=["matmul", "softmax"], n_cal=4, seed=3, quick=True), progress=False)
+    res = tolstat.shift(emu, ds, fp_budget=0.3, method="order_statistic")
+    assert [(str(o), str(d)) for o, d in zip(res.data.op.values, res.data.dtype.values)] == [
+        ("matmul", "bfloat16"), ("matmul", "float16"), ("softmax", "bfloat16"), ("softmax", "float16")]
+    assert res.only_b == [("conv1d", "bfloat16"), ("conv1d", "float16"),
+                          ("layer_norm", "bfloat16"), ("layer_norm", "float16")]
+    assert (res.data.n_b.values == [12, 12, 4, 4]).all()
+    assert set(res.data.fp_status.values.tolist()) <= {"within", "above", "broken"}
