@@ -145,6 +145,17 @@ def test_group_too_small_for_the_budget_is_kept_without_fp(a, b_same):
     assert "no threshold" in res.to_text()
 
 
+def test_b_without_the_scale_models_covariate_is_not_scored(a, b_same):
+    b = b_same.drop_vars("K")
+    b.attrs["covariates"] = ",".join(c for c in b_same.attrs["covariates"].split(",") if c != "K")
+    res = tolstat.shift(a, b, fp_budget=BUDGET, form="size_aware")
+    d = res.data
+    assert np.isnan(d["ks_p"].values).all() and not d["shift"].values.any()
+    assert all("not scored: covariate 'K'" in str(n) for n in d["note"].values)
+    assert res.to_text().count("not scored") == 4  # two status cells, two notes
+    assert res.shifted == [] and res.broken == []
+
+
 def test_json_report_round_trip(res_same, tmp_path):
     p = tmp_path / "r.json"
     text = res_same.to_json(p)

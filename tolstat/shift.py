@@ -179,7 +179,7 @@ class ShiftResult:
                 f"{int(g('n_exceed_b'))}/{int(g('n_b'))} = {float(g('fp_rate_b')):.3g}" if has_fp else "n/a",
                 f"[{float(g('fp_ci_low')):.3g}, {float(g('fp_ci_high')):.3g}]" if has_fp else "",
                 (str(g("fp_status")).upper() if str(g("fp_status")) == "broken" else str(g("fp_status")))
-                if has_fp else "no threshold",
+                if has_fp else ("not scored" if math.isnan(float(g("ks_stat"))) else "no threshold"),
             ))
         widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
         lines = [head, ""] + ["  ".join(c.ljust(w) if j < 2 else c.rjust(w) for j, (c, w) in
