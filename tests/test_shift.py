@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -225,8 +226,19 @@ def test_evaluate_hook_only_with_a_gpu_dataset(a, b_same, tmp_path):
     assert bundled_gpu_datasets(tmp_path) == [tmp_path / "gpu_test.nc"]
     text = evaluate_hook(a.isel(run=np.flatnonzero(a.op.values == "mm")), fp_budget=BUDGET, confidence=0.95,
                          data_dir=tmp_path)
-    assert text.startswith("GPU dataset gpu_test.nc:")
+    assert text.startswith("GPU dataset gpu_test.nc (300 of its runs left out:")
     assert "mm  " in text and "mm2" not in text  # only the groups evaluate calibrated
+
+
+def test_evaluate_hook_compares_only_the_shapes_evaluate_calibrated(a, b_same, tmp_path):
+    a2 = a.assign_coords(dims=("run", np.where(a.max_abs.values >= 0, "M=8", "")))
+    b2 = b_same.assign_coords(dims=("run", np.where(np.arange(b_same.sizes["run"]) % 2 == 0, "M=8", "M=99")))
+    a2.attrs["labels"] = a.attrs["labels"] + ",dims" if a.attrs["labels"] else "dims"
+    b2.attrs["labels"] = a2.attrs["labels"]
+    tolstat.save(b2, tmp_path / "gpu_dims.nc")
+    text = evaluate_hook(a2, fp_budget=BUDGET, confidence=0.95, data_dir=tmp_path)
+    assert "(300 of its runs left out" in text
+    assert re.search(r"^mm\s+float16\s+300\s+150\s", text, re.M)  # n_a, n_b: half of B's shapes match
 
 
 @pytest.mark.slow

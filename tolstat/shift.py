@@ -410,23 +410,35 @@ def evaluate_hook(calibration: xr.Dataset, *, fp_budget: float, confidence: floa
                   data_dir: str | os.PathLike[str] | None = None) -> str | None:
     """Shift report of ``evaluate``'s calibration data (A) against each shipped GPU dataset (B).
 
-    Only B's (op, dtype) groups that ``evaluate`` calibrated are compared. Returns None
-    when no GPU dataset is shipped (nothing is printed then).
+    Only B's runs of the (op, dtype) groups and, where both datasets carry the ``dims``
+    label, of the problem shapes that ``evaluate`` calibrated on are compared (so a
+    ``--quick`` evaluation, with small shapes only, is not compared with a GPU dataset's
+    larger shapes). Returns None when no GPU dataset is shipped (nothing is printed then).
     """
     from .io import open_errors
 
     paths = bundled_gpu_datasets(data_dir)
     if not paths:
         return None
-    keys = set(_groups(calibration))
+
+    def keys(ds: xr.Dataset, with_dims: bool) -> list[tuple[str, ...]]:
+        cols = [np.asarray(ds[c].values).astype(str) for c in (("op", "dtype", "dims") if with_dims
+                                                                  else ("op", "dtype"))]
+        return list(zip(*cols))
+
     out = []
     for p in paths:
         gpu = open_errors(p)
-        keep = np.array([k in keys for k in zip(np.asarray(gpu["op"].values).astype(str),
-                                                np.asarray(gpu["dtype"].values).astype(str))])
+        with_dims = "dims" in gpu.coords and "dims" in calibration.coords
+        have = set(keys(calibration, with_dims))
+        keep = np.array([k in have for k in keys(gpu, with_dims)])
         if not keep.any():
-            out.append(f"{p.name}: no (op, dtype) in common with the evaluation; not compared")
+            out.append(f"{p.name}: no (op, dtype{', shape' if with_dims else ''}) in common with the "
+                       "evaluation; not compared")
             continue
         res = shift(calibration, gpu.isel(run=np.flatnonzero(keep)), fp_budget=fp_budget, confidence=confidence)
-        out.append(f"GPU dataset {p.name}:\n{res.to_text()}")
+        dropped = int((~keep).sum())
+        extra = (f" ({dropped} of its runs left out: ops, dtypes or shapes the evaluation did not calibrate)"
+                 if dropped else "")
+        out.append(f"GPU dataset {p.name}{extra}:\n{res.to_text()}")
     return "\n\n".join(out)
