@@ -25,6 +25,7 @@ from .bounds import Calibration, Exceedance, NotEnoughData, TailOptions, split_b
 from .table import StatEntry, ToleranceEntry, ToleranceTable, load_table
 from .selection import calibrate, select
 from .checks import CheckResult, assert_close, check
+from .hwshift import ShiftResult, shift
 from . import noise, statistics, stream, tail
 from .stream import StoreProgress, collect_to_store, open_store
 from .estimators.tail import group_topk
@@ -73,4 +74,6 @@ __all__ = [
     "check",
     "assert_close",
     "CheckResult",
+    "shift",
+    "ShiftResult",
 ]
