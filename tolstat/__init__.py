@@ -17,6 +17,7 @@ from .metrics import ErrorMetrics, error_metrics, ulp_distance
 from .scale import ScaleModel
 from .selection import ToleranceTable, calibrate, load_table, select, split_budget
 from .checks import CheckResult, assert_close, check
+from .compare import CompareResult, compare
 from . import stream, tail
 from .stream import collect_to_store, open_store
 from .tail import group_topk
@@ -52,4 +53,6 @@ __all__ = [
     "check",
     "assert_close",
     "CheckResult",
+    "compare",
+    "CompareResult",
 ]

@@ -26,11 +26,14 @@ Protocol
    held-out ratio), recall on the buggy runs of the fold. Pooled over folds: the same
    counts summed, the stability of the threshold (max / min over folds), and a verdict.
 4. **Verdict.** The promise of a budgeted method is ``P(check of a correct run fails) <=
-   budget``. From the pooled held-out counts: ``"held"`` when the interval's upper end
-   is ``<= budget`` (the data show the rate is within budget), ``"broken"`` when its
-   lower end is ``> budget`` (the data show it is not), else ``"inconclusive"`` (too
-   few held-out runs to tell; budget ``1e-3`` needs thousands). Static rules make no
-   promise; their verdict only says whether their realised rate would meet the budget.
+   budget``. From the pooled held-out counts and the two-sided Clopper-Pearson interval
+   at ``confidence``: ``"held"`` when the interval's upper end is ``<= budget`` (the
+   data show the rate is within budget), ``"broken"`` when its lower end is ``>
+   budget`` (the data show it is above), else ``"consistent"`` (the data do not refute
+   the promise but are too few to show it: a method whose rate sits just under its
+   budget lands here, and budget ``1e-3`` needs thousands of held-out runs to show
+   anything). Static rules make no promise; their verdict only says whether their
+   realised rate meets the budget.
    Pooled over folds the rate is that of a threshold calibrated on ``(folds-1)/folds``
    of the runs, averaged over calibration sets.
 
@@ -41,6 +44,7 @@ Methods are :class:`Rule` objects, built from names (:data:`METHODS`) or dicts b
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -456,7 +460,7 @@ def _verdict(lo: float, hi: float, budget: float) -> str:
         return "held"
     if lo > budget:
         return "broken"
-    return "inconclusive"
+    return "consistent"
 
 
 # --------------------------------------------------------------------------- result
@@ -476,12 +480,17 @@ class CompareResult:
         One row per (method, group, budget), pooled over folds.
     settings : dict
         The arguments of the run.
+    run_fold, buggy_fold : numpy.ndarray
+        The fold of each correct run (in the order of the correct runs of ``errors``)
+        and of each buggy run.
     """
 
     data: xr.Dataset
     rows: list[dict[str, Any]]
     group_rows: list[dict[str, Any]]
     settings: dict[str, Any] = field(default_factory=dict)
+    run_fold: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    buggy_fold: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
     def summary(self, per_group: bool = False) -> str:
         """The comparison as a text table (one line per method and budget, or per group too)."""
@@ -840,6 +849,7 @@ def compare(
             "fp_lo": (("method", "group", "budget", "fold"), lo),
             "fp_hi": (("method", "group", "budget", "fold"), hi),
             "held": (("method", "group", "budget", "fold"), hi <= np.array(bl)[None, None, :, None]),
+            "broken": (("method", "group", "budget", "fold"), lo > np.array(bl)[None, None, :, None]),
             "tightness": (("method", "group", "budget", "fold"), tight),
             "n_buggy": (("method", "group", "budget", "fold"), n_bug),
             "caught": (("method", "group", "budget", "fold"), caught),
@@ -874,7 +884,8 @@ def compare(
             "by": ",".join(by),
             "meaning": ("held-out check statistic / threshold per method, group, budget, fold; "
                         "fp counts held-out correct runs with ratio > 1; held: Clopper-Pearson upper end "
-                        "<= budget; verdict: held (upper <= budget), broken (lower > budget), inconclusive"),
+                        "<= budget; broken: lower end > budget; verdict: held (upper <= budget), broken (lower > budget), "
+                        "else consistent"),
         },
     )
     group_rows = []
@@ -901,7 +912,7 @@ def compare(
                 "by": list(by), "cluster": cluster, "confidence": g, "seed": int(seed),
                 "n_runs": int(ds.sizes["run"]), "n_buggy": 0 if bug is None else int(bug.sizes["run"]),
                 "n_units": int(n_units)}
-    return CompareResult(data, rows, group_rows, settings)
+    return CompareResult(data, rows, group_rows, settings, fold, bfold)
 
 
 def _row(rule: Rule, budget: float, fp: int, n: int, level: float, tight: float, stab: float, nb: int,
@@ -977,3 +988,62 @@ def plot_compare(result: CompareResult, out_dir: str | os.PathLike[str]) -> list
     fig.tight_layout()
     save(fig, "thresholds.png")
     return paths
+
+
+# --------------------------------------------------------------------------- CLI
+def _parse_budgets(text: str) -> list[float]:
+    out = []
+    for item in text.split(","):
+        try:
+            out.append(float(item))
+        except ValueError:
+            raise ValueError(f"--budgets must be comma-separated numbers, got {text!r}") from None
+    return out
+
+
+def _cmd_compare(args: Any) -> int:
+    from .io import open_errors
+
+    budgets = _parse_budgets(args.budgets)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()] if args.methods else list(DEFAULT_METHODS)
+    chunks = {"run": args.chunks} if args.chunks else None
+    ds = open_errors(args.errors, chunks=chunks)
+    bugs = open_errors(args.buggy, chunks=chunks) if args.buggy else None
+    by = ("op", "dtype") if args.pool_hardware else ("op", "dtype", "hardware")
+    res = compare(ds, methods=methods, budgets=budgets, folds=args.folds, buggy=bugs, by=by,
+                  cluster=args.cluster, confidence=args.confidence, seed=args.seed, progress=args.progress)
+    s = res.settings
+    print(f"tolstat compare: {s['n_runs']} correct runs ({s['n_units']} "
+          f"{'clusters ' + repr(s['cluster']) if s['cluster'] else 'units'}), {s['n_buggy']} buggy runs, "
+          f"{s['folds']} folds, confidence {s['confidence']:g}\n")
+    print(res.summary())
+    if args.per_group:
+        print()
+        print(res.summary(per_group=True))
+    if args.output:
+        paths = res.write(args.output, plots=not args.no_plots)
+        print("\nwrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def add_cli(sub: Any) -> None:
+    """Register ``tolstat compare`` on an argparse sub-parser collection."""
+    c = sub.add_parser("compare", help="cross-validated comparison of tolerance methods on an error dataset")
+    c.add_argument("errors", help="error dataset of correct runs (.nc or .zarr); runs labelled kind=buggy "
+                   "are taken as buggy")
+    c.add_argument("--buggy", help="error dataset of known-bad runs (recall)")
+    c.add_argument("--budgets", default="1e-2,1e-3", help="comma-separated false-positive budgets")
+    c.add_argument("--folds", type=int, default=5)
+    c.add_argument("--methods", default=None,
+                   help=f"comma-separated names (default: {','.join(DEFAULT_METHODS)}; known: "
+                        f"{','.join(METHODS)})")
+    c.add_argument("--cluster", default=None, help="label whose runs stay in one fold (e.g. case)")
+    c.add_argument("--confidence", type=float, default=0.95)
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--pool-hardware", action="store_true", help="one threshold per (op, dtype)")
+    c.add_argument("--chunks", type=int, default=None, help="open the tables dask-backed, N runs a chunk")
+    c.add_argument("--per-group", action="store_true", help="also print one line per group")
+    c.add_argument("-o", "--output", default=None, help="folder for compare.json, compare.nc, plots")
+    c.add_argument("--no-plots", action="store_true")
+    c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    c.set_defaults(func=_cmd_compare)
