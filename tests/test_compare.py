@@ -81,7 +81,19 @@ def test_interval_is_scipy_clopper_pearson(result):
     d = result.data.sel({"method": "p95"}).sel(budget=0.01).isel(group=0)
     for f in range(5):
         ci = binomtest(int(d.fp[f]), int(d.n_test[f])).proportion_ci(0.95, method="exact")
-        assert float(d.fp_lo[f]) == ci.low and float(d.fp_hi[f]) == ci.high
+        assert float(d.fp_lo[f]) == pytest.approx(ci.low, rel=1e-9, abs=1e-15)
+        assert float(d.fp_hi[f]) == pytest.approx(ci.high, rel=1e-9)
+
+
+@pytest.mark.parametrize("k, n", [(0, 10), (10, 10), (3, 1000), (152, 3000), (1, 2)])
+def test_cp_matches_binomtest(k, n):
+    from scipy.stats import binomtest
+
+    from tolstat.compare import _cp
+
+    ci = binomtest(k, n).proportion_ci(0.9, method="exact")
+    lo, hi = _cp(k, n, 0.9)
+    assert lo == pytest.approx(ci.low, rel=1e-9, abs=1e-15) and hi == pytest.approx(ci.high, rel=1e-9)
 
 
 def test_recall_exact_on_planted_bugs(result):
