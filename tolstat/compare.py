@@ -48,6 +48,7 @@ import argparse
 import json
 import math
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -536,7 +537,7 @@ class CompareResult:
     def summary(self, per_group: bool = False) -> str:
         """The comparison as a text table (one line per method and budget, or per group too)."""
         src = self.group_rows if per_group else self.rows
-        head = ["method", *(["group"] if per_group else []), "budget", "FP", "FP rate",
+        head = ["method", *(["group"] if per_group else []), "budget", "scored", "FP", "FP rate",
                 f"{100 * self.settings.get('confidence', 0.95):g}% CI", "verdict", "tightness", "stability",
                 "recall"]
         out = [head]
@@ -544,6 +545,7 @@ class CompareResult:
             ci = "-" if math.isnan(r["fp_hi"]) else f"[{100 * r['fp_lo']:.2f}, {100 * r['fp_hi']:.2f}]%"
             out.append([
                 r["method"], *([r["group"]] if per_group else []), f"{r['budget']:g}",
+                "-" if not r["n_runs"] else f"{100 * r['n_test'] / r['n_runs']:.0f}%",
                 f"{r['fp']}/{r['n_test']}",
                 "-" if math.isnan(r["fp_rate"]) else f"{100 * r['fp_rate']:.2f}%", ci,
                 r["verdict"] + ("" if r["budgeted"] else "*"),
@@ -555,13 +557,17 @@ class CompareResult:
         lines = ["  ".join(c.ljust(w[i]) if i < (2 if per_group else 1) else c.rjust(w[i])
                            for i, c in enumerate(row)) for row in out]
         lines.insert(1, "-" * len(lines[0]))
-        notes = ["* static rule: makes no promise; the verdict says whether its realised rate meets the budget"]
+        notes = ["scored: share of the correct runs held out in a fold where the method had a threshold "
+                 "for their group",
+                 "* static rule: makes no promise; the verdict says whether its realised rate meets the budget"]
         refused = [r for r in self.group_rows if r["refused_folds"]]
-        for r in refused[:10]:
-            notes.append(f"! {r['method']} {r['group']} budget {r['budget']:g}: {r['refused_folds']} fold(s) "
-                         f"not calibrated: {r['reason']}")
-        if len(refused) > 10:
-            notes.append(f"! ... {len(refused) - 10} more (see group_rows)")
+        for r in refused[:8]:
+            why = re.sub(r"^group \(.*?\) statistic \w+: ", "", r["reason"])
+            why = why.replace(" (n >= ln(1-confidence)/ln(1-budget))", "")
+            notes.append(f"! {r['method']} {r['group']} @ {r['budget']:g}: {r['refused_folds']} of "
+                         f"{self.settings.get('folds', '?')} folds not calibrated: {why}")
+        if len(refused) > 8:
+            notes.append(f"! ... {len(refused) - 8} more (group_rows / the 'reason' variable)")
         return "\n".join(lines + notes)
 
     def __str__(self) -> str:
@@ -935,7 +941,8 @@ def compare(
                 rs = [str(x) for x in reason[ix] if x]
                 group_rows.append(_row(rule, b, int(p_fp[ix]), int(p_n[ix]), g, float(p_tight[ix]),
                                        float(p_stab[ix]), int(p_bug[ix]), int(p_caught[ix]),
-                                       group=key, refused_folds=int(p_refused[ix]), reason=rs[0] if rs else ""))
+                                       group=key, refused_folds=int(p_refused[ix]), reason=rs[0] if rs else "",
+                                       n_runs=int(np.sum(gi == gj))))
     rows = []
     for mi, rule in enumerate(rules):
         for bi, b in enumerate(bl):
@@ -946,7 +953,7 @@ def compare(
             rows.append(_row(rule, b, int(p_fp[mi, :, bi].sum()), int(p_n[mi, :, bi].sum()), g, tt,
                              float(st.max()) if st.size else math.nan, int(p_bug[mi, :, bi].sum()),
                              int(p_caught[mi, :, bi].sum()), refused_folds=int(p_refused[mi, :, bi].sum()),
-                             reason=""))
+                             reason="", n_runs=int(ds.sizes["run"])))
     settings = {"methods": names, "rules": [r.describe() for r in rules], "budgets": bl, "folds": F,
                 "by": list(by), "cluster": cluster, "confidence": g, "seed": int(seed),
                 "n_runs": int(ds.sizes["run"]), "n_buggy": 0 if bug is None else int(bug.sizes["run"]),
@@ -955,13 +962,14 @@ def compare(
 
 
 def _row(rule: Rule, budget: float, fp: int, n: int, level: float, tight: float, stab: float, nb: int,
-         caught: int, *, group: str | None = None, refused_folds: int = 0, reason: str = "") -> dict[str, Any]:
+         caught: int, *, group: str | None = None, refused_folds: int = 0, reason: str = "",
+         n_runs: int = 0) -> dict[str, Any]:
     lo, hi = _cp(fp, n, level)
     row: dict[str, Any] = {"method": rule.name, "family": rule.family, "budgeted": rule.budgeted}
     if group is not None:
         row["group"] = group
     row.update({
-        "budget": budget, "fp": fp, "n_test": n, "fp_rate": fp / n if n else math.nan,
+        "budget": budget, "n_runs": n_runs, "fp": fp, "n_test": n, "fp_rate": fp / n if n else math.nan,
         "fp_lo": lo, "fp_hi": hi, "verdict": _verdict(lo, hi, budget), "tightness": tight,
         "stability": stab, "n_buggy": nb, "caught": caught, "recall": caught / nb if nb else math.nan,
         "refused_folds": refused_folds, "reason": reason,
@@ -987,16 +995,18 @@ def plot_compare(result: CompareResult, out_dir: str | os.PathLike[str]) -> list
         plt.close(fig)
 
     # calibration curve: realised pooled FP against budget
+    floor = min(budgets) / 20  # zero false positives are drawn here
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
     for r_name in d.method.values:
         rows = [r for r in result.rows if r["method"] == r_name]
         x = [r["budget"] for r in rows]
-        y = [max(r["fp_rate"], 1e-6) for r in rows]
-        yerr = [[max(r["fp_rate"] - r["fp_lo"], 0) for r in rows], [r["fp_hi"] - r["fp_rate"] for r in rows]]
+        y = [max(r["fp_rate"], floor) for r in rows]
+        yerr = [[max(yy - max(r["fp_lo"], floor), 0) for yy, r in zip(y, rows)],
+                [max(r["fp_hi"] - yy, 0) for yy, r in zip(y, rows)]]
         ax.errorbar(x, y, yerr=yerr, marker="o", capsize=3, label=str(r_name))
     lim = [min(budgets) / 3, max(budgets) * 3]
     ax.plot(lim, lim, "k--", lw=1, label="FP = budget")
-    ax.set(xscale="log", yscale="log", xlabel="budget", ylabel="realised held-out FP rate",
+    ax.set(xscale="log", yscale="log", xlabel="budget", ylabel=f"realised held-out FP rate (0 drawn at {floor:g})",
            title="calibration: realised FP against budget")
     ax.legend(fontsize=7)
     save(fig, "calibration.png")
