@@ -267,3 +267,56 @@ def test_cli_bad_arguments(tmp_path, correct, capsys, args, match):
     err = capsys.readouterr().err
     assert rc == 2
     assert len(err.strip().splitlines()) == 1 and match in err
+
+
+@pytest.mark.parametrize("options", [{}, {"form": "allclose"}, {"form": "size_aware"},
+                                     {"statistic": ("max_abs", "bias")}])
+def test_dataset_scores_equal_check_on_raw_outputs(options):
+    """Scoring held-out runs from the dataset gives tolstat.check's ratio on the raw output."""
+    from tolstat.compare import SelectRule
+
+    rng = np.random.default_rng(7)
+
+    def pairs(n):
+        out = []
+        for _ in range(n):
+            k = int(rng.choice([16, 64, 256]))
+            x = rng.standard_normal((8, k)) * float(rng.choice([1.0, 10.0]))
+            w = rng.standard_normal((k, 8))
+            e = x.astype(np.float16).astype(np.float64) @ w.astype(np.float16).astype(np.float64)
+            a = (x.astype(np.float16).astype(np.float32) @ w.astype(np.float16).astype(np.float32)).astype(np.float16)
+            out.append((a, e, {}, {"K": k}))
+        return out
+
+    def ds(p):
+        return tolstat.from_pairs(p, op="mm", dtype="float16", hardware="cpu", progress=False)
+
+    cal, test_pairs = pairs(400), pairs(40)
+    fitted = SelectRule("t", **options).fit(ds(cal), budget=0.05, confidence=0.9, by=("op", "dtype", "hardware"))
+    got = fitted.score(ds(test_pairs))
+    want = [max(tolstat.check(a, e, op="mm", dtype="float16", table=fitted.table, hardware="cpu",
+                              covariates=c).ratios.values()) for a, e, _, c in test_pairs]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert np.isfinite(got).all() and (np.asarray(want) > 0).all()
+
+
+def test_fold_thresholds_from_mergeable_per_fold_topk(correct, result):
+    """One pass of per-fold top-k gives every fold's training order-statistic bound by merging.
+
+    The order-statistic thresholds compare reports equal the bound computed from the top-k
+    of the other folds, merged (tolstat.tail: group_topk + order_statistic_bound).
+    """
+    from tolstat.tail import group_topk, order_statistic_bound
+
+    fold = result.run_fold
+    ds = correct.assign_coords(fold=("run", fold.astype(str)))
+    k = 200
+    per_fold = group_topk(ds, "max_abs", k, by=("op", "dtype", "hardware", "fold"))
+    for f in range(5):
+        others = [str(o) for o in range(5) if o != f]
+        parts = per_fold.sel(fold=others)
+        merged = -np.sort(-parts.values.reshape(-1, parts.sizes["fold"] * k), axis=-1)[:, :k]
+        n = int(parts.n.sum())
+        bound = order_statistic_bound(merged, n, p=0.99, confidence=0.95)
+        got = float(result.data.threshold.sel({"method": "tolstat"}).sel(budget=0.01, fold=f).isel(group=0))
+        assert got == float(bound[0])

@@ -107,11 +107,14 @@ class Fitted:
     score : callable
         ``score(ds) -> ndarray``: per-run check statistic / threshold of a dataset's
         runs (fails when > 1); NaN for runs of groups without a threshold.
+    table : ToleranceTable or None
+        The table of a :class:`SelectRule` (what :func:`tolstat.check` would use).
     """
 
     thresholds: dict[tuple[str, str, str], float]
     reasons: dict[tuple[str, str, str], str]
     score: Any
+    table: Any = None
 
 
 class Rule:
@@ -336,7 +339,7 @@ class SelectRule(Rule):
                 out[idx] = r
             return out
 
-        return Fitted(thr, reasons, score)
+        return Fitted(thr, reasons, score, table)
 
     def describe(self) -> str:  # noqa: D102
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
