@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest
@@ -166,7 +165,7 @@ def test_refused_group_is_recorded_not_raised(correct):
     assert set(d.status.values.tolist()) == {"refused"}
     assert all("runs" in str(r) for r in d.reason.values)
     assert int(d.n_test.sum()) == 0
-    row = [r for r in res.group_rows if r["method"] == "tolstat" and r["group"] == "tiny/float64/cpu"][0]
+    row = next(r for r in res.group_rows if r["method"] == "tolstat" and r["group"] == "tiny/float64/cpu")
     assert row["refused_folds"] == 3 and row["verdict"] == "no data"
     assert "not calibrated" in res.summary()
     # the study rule needs no minimum

@@ -560,8 +560,8 @@ class CompareResult:
         lines = ["  ".join(c.ljust(w[i]) if i < (2 if per_group else 1) else c.rjust(w[i])
                            for i, c in enumerate(row)) for row in out]
         lines.insert(1, "-" * len(lines[0]))
-        notes = ["scored: share of the correct runs held out in a fold where the method had a threshold "
-                 "for their group",
+        notes = [("scored: share of the correct runs held out in a fold where the method had a threshold "
+                  "for their group"),
                  "* static rule: makes no promise; the verdict says whether its realised rate meets the budget"]
         refused = [r for r in self.group_rows if r["refused_folds"]]
         for r in refused[:8]:
