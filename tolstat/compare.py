@@ -1022,8 +1022,9 @@ def plot_compare(result: CompareResult, out_dir: str | os.PathLike[str]) -> list
         ax.legend(fontsize=6)
         save(fig, "recall_fp.png")
     # thresholds across folds (max-error statistic; static rules have threshold 1)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(7, 5))
     labels, vals = [], []
+    one_hw = len(set(d.hardware.values.tolist())) == 1
     for mi, m in enumerate(d.method.values):
         if d.family.values[mi] == "static":
             continue
@@ -1031,11 +1032,12 @@ def plot_compare(result: CompareResult, out_dir: str | os.PathLike[str]) -> list
             t = d.threshold.values[mi, gj, 0, :]
             t = t[np.isfinite(t)]
             if t.size:
-                labels.append(f"{m}\n{gname}")
+                labels.append(f"{m}\n{d.op.values[gj]}/{d.dtype.values[gj]}"
+                              + ("" if one_hw else f"\n{d.hardware.values[gj]}"))
                 vals.append(t / np.median(t) if np.median(t) > 0 else t)
     if vals:
         ax.boxplot(vals)
-        ax.set_xticks(range(1, len(labels) + 1), labels, rotation=90, fontsize=5)
+        ax.set_xticks(range(1, len(labels) + 1), labels, rotation=90, fontsize=6)
     ax.set(ylabel="threshold / median over folds", title=f"thresholds across folds (budget {budgets[0]:g})")
     fig.tight_layout()
     save(fig, "thresholds.png")
