@@ -26,6 +26,7 @@ from .table import StatEntry, ToleranceEntry, ToleranceTable, load_table
 from .selection import calibrate, select
 from .checks import CheckResult, assert_close, check
 from .hwshift import ShiftResult, shift
+from .comparison import CompareResult, compare
 from . import noise, statistics, stream, tail
 from .stream import StoreProgress, collect_to_store, open_store
 from .estimators.tail import group_topk
@@ -76,4 +77,6 @@ __all__ = [
     "CheckResult",
     "shift",
     "ShiftResult",
+    "compare",
+    "CompareResult",
 ]

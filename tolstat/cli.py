@@ -266,6 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("summary", help="summarise an error dataset per (op, dtype, hardware)")
     s.add_argument("errors")
     s.set_defaults(func=_cmd_summary)
+    from .comparison import add_cli as _add_compare  # tolstat compare
+
+    _add_compare(sub)
     return p
 
 
