@@ -658,18 +658,39 @@ class ToleranceTable:
                     )
         return None
 
-    def entry(self, op: str, dtype: Any, hardware: str | None = None) -> ToleranceEntry:
+    def entry(self, op: str, dtype: Any, hardware: str | None = None, *,
+              hardware_policy: str | None = None) -> ToleranceEntry:
         """The thresholds for (op, dtype, hardware), with the declared fallbacks.
+
+        Parameters
+        ----------
+        op, dtype : str
+            The group (any dtype spelling).
+        hardware : str, optional
+            Hardware label. With a ``hardware_policy`` and no ``hardware``, this
+            machine's label (:func:`tolstat.hardware_fingerprint`).
+        hardware_policy : {None, "exact", "pooled", "nearest", "error"}
+            What to do when ``hardware`` is not calibrated (:mod:`tolstat.hwpolicy`);
+            ``None`` keeps the fallbacks of the class docstring.
 
         Raises
         ------
         KeyError
-            No group matches; the message lists the groups available.
+            No group matches; the message lists the groups available (with a policy:
+            this machine's hardware and the table's).
         """
         from ._dtypes import canonical_dtype
 
         dt = canonical_dtype(dtype)
-        hit = self._find(str(op), dt, None if hardware is None else str(hardware))
+        if hardware_policy is not None:  # explicit hardware policy (tolstat.hwpolicy)
+            from . import hwpolicy
+
+            hw = str(hardware) if hardware is not None else hwpolicy.machine_hardware()
+            mx = self.data["threshold"].values[:, 0]
+            hit = hwpolicy.resolve_group(self.groups, mx, str(op), dt, hw, hardware_policy)
+            hardware = hw
+        else:
+            hit = self._find(str(op), dt, None if hardware is None else str(hardware))
         if hit is None:
             avail = ", ".join(f"({o}, {d}, {h})" for o, d, h in self.groups)
             raise KeyError(
@@ -714,13 +735,19 @@ class ToleranceTable:
         """Write (and return) the table as stable, human-readable, versioned JSON.
 
         Floats are written with ``repr`` (shortest exact round trip); ``inf``/``nan``
-        as the strings ``"inf"``/``"nan"``. Keys are sorted, so equal tables give equal
-        files.
+        as the strings ``"inf"``/``"nan"``. The layout is made for review
+        (:mod:`tolstat.review`): fixed key order, groups sorted, thresholds also in
+        user units, one line per list of calibration scores, and the volatile
+        provenance (``created``, ``host``, ``pid``) in its own block at the end.
         """
-        text = json.dumps(self.to_dict(), indent=1, sort_keys=True, allow_nan=False) + "\n"
+        from .review import table_json
+
+        text = table_json(self)
         if path is not None:
+            import uuid
+
             p = Path(path)
-            tmp = p.with_name(f".{p.name}.tmp")
+            tmp = p.with_name(f".{p.name}.tmp-{uuid.uuid4().hex[:8]}")
             tmp.write_text(text, encoding="utf-8")
             os.replace(tmp, p)
         return text
@@ -792,6 +819,8 @@ def load_table(path: str | os.PathLike[str]) -> ToleranceTable:
         if int(d["tolstat_table"]) != TABLE_SCHEMA:
             raise ValueError(f"{os.fspath(p)!r}: table schema {d['tolstat_table']} is not supported "
                              f"(this tolstat reads {TABLE_SCHEMA})")
+        if isinstance(d.get("volatile"), dict):  # reviewable layout (tolstat.review): keep it
+            d["provenance"] = {**d.get("provenance", {}), "volatile": d["volatile"]}
         return ToleranceTable.from_groups(d["groups"], d)
     ds = xr.open_dataset(p, engine="h5netcdf").load()
     ds.close()
