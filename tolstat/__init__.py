@@ -13,6 +13,7 @@ from .collect import Inputs, collect, from_pairs, hardware_fingerprint
 from .errors import concat, indexed, validate
 from .estimators import fit
 from .io import open_errors, save
+from .merge import merge_records
 from .metrics import ErrorMetrics, error_metrics, ulp_distance
 from .scale import ScaleModel
 from .selection import ToleranceTable, calibrate, load_table, select, split_budget
@@ -34,6 +35,7 @@ __all__ = [
     "hardware_fingerprint",
     "validate",
     "concat",
+    "merge_records",
     "indexed",
     "save",
     "open_errors",

@@ -162,6 +162,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0 if res.passed else 1
 
 
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from . import merge_records, open_errors, save
+
+    ds = merge_records([open_errors(p) for p in args.inputs], dedupe=not args.keep_duplicates)
+    save(ds, args.output)
+    print(f"wrote {args.output} ({ds.sizes['run']} runs)")
+    return 0
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     from . import load_table
     from .review import show_table
@@ -244,6 +253,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="when this machine (or --hardware) is not in the table (default: error; "
                         "see docs/plugin.md)")
     h.set_defaults(func=_cmd_check)
+    m = sub.add_parser("merge", help="merge calibration data and CI records (labels/covariates reconciled, "
+                       "repeated records dropped)")
+    m.add_argument("inputs", nargs="+", help="error datasets (.nc or .zarr), preferred first")
+    m.add_argument("-o", "--output", required=True, help=".nc or .zarr")
+    m.add_argument("--keep-duplicates", action="store_true", help="keep repeated identical records")
+    m.set_defaults(func=_cmd_merge)
     w = sub.add_parser("show", help="list a tolerance table per group (thresholds also as atol/rtol)")
     w.add_argument("table", help="TABLE.json or .nc")
     w.set_defaults(func=_cmd_show)

@@ -11,8 +11,9 @@ reconciles them:
 * **covariates**: the union; a run without a covariate gets ``NaN``. A noise-scale form
   that uses a covariate (``size_aware``'s size covariate, ``normalised``'s linear and
   power covariates, ``baseline``'s baseline) can only be calibrated on runs where it is
-  known: :func:`tolstat.select` refuses NaN calibration scores with a ``ValueError``;
-  :func:`runs_with` keeps the runs that have given covariates. Forms that use no user
+  known: :func:`tolstat.select` raises a ``ValueError`` otherwise (a power covariate
+  must be > 0 in every run; a NaN linear covariate gives NaN calibration scores, which
+  are refused); :func:`runs_with` keeps the runs that have given covariates. Forms that use no user
   covariate (``None``, ``"allclose"``, and ``normalised`` with only the built-in
   ``ref_rms``/``n_elements``) use every run;
 * **repeated runs**: a CI suite with fixed seeds records the same errors on every run.
