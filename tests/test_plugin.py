@@ -332,3 +332,21 @@ def test_entry_point_name_allows_dash_p():
 
     pp = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     assert pp["project"]["entry-points"]["pytest11"] == {"tolstat.pytest_plugin": "tolstat.pytest_plugin"}
+
+
+def test_dash_p_with_the_entry_point_installed(pytester, monkeypatch, tmp_path):
+    # simulate an installed distribution whose pytest11 entry point has the new name;
+    # `-p no:tolstat` blocks an older installed copy registered under the old name
+    import os
+    from pathlib import Path
+
+    info = tmp_path / "site" / "tolstatsim-0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tolstatsim\nVersion: 0\n")
+    (info / "entry_points.txt").write_text("[pytest11]\ntolstat.pytest_plugin = tolstat.pytest_plugin\n")
+    root = str(Path(__file__).parents[1])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(info.parent), root]))
+    pytester.makepyfile("def test_a(tolstat_check):\n    pass\n")
+    res = pytester.runpytest_subprocess("-p", "no:tolstat", "-p", "tolstat.pytest_plugin", "--tolstat-record=r.nc")
+    res.assert_outcomes(passed=1)
+    assert "already registered" not in "\n".join(res.stdout.lines + res.stderr.lines)
