@@ -241,7 +241,7 @@ def test_xdist_recording_keeps_every_record(pytester, table_path, tmp_path):
     pytest.importorskip("xdist")
     pytester.makepyfile(XDIST)
     out = tmp_path / "rec.nc"
-    res = pytester.runpytest_subprocess(*_LOAD, "-n", "2", f"--tolstat-table={table_path}",
+    res = pytester.runpytest(*_LOAD, "-n", "2", f"--tolstat-table={table_path}",
                                         f"--tolstat-record={out}")
     res.assert_outcomes(passed=10)
     res.stdout.fnmatch_lines(["*recorded 20 passing check(s)*"])
