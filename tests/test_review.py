@@ -65,6 +65,9 @@ def test_policies_on_an_uncalibrated_machine():
     # op '*' default for a dtype, after the op's own groups
     e = MIXED.entry("mm", "bfloat16", "cpu:intel xeon", hardware_policy="exact")
     assert (e.op, e.fallback) == ("*", "default op, exact")
+    kw = MIXED.to_assert_close_kwargs("cuda:NVIDIA H200", hardware_policy="nearest")
+    assert kw[("add", "float16")] == {"atol": 0.25, "rtol": 0.0} and kw[("mm", "float16")]["atol"] == 2.0
+    assert ("add", "float16") not in MIXED.to_assert_close_kwargs("cuda:NVIDIA H200", hardware_policy="error")
     with pytest.raises(ValueError, match="hardware_policy must be one of"):
         MIXED.entry("mm", "float16", new, hardware_policy="closest")
 

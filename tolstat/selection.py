@@ -766,6 +766,7 @@ class ToleranceTable:
         covariates: Mapping[str, Any] | None = None,
         *,
         skip_unsupported: bool = True,
+        hardware_policy: str | None = None,
     ) -> dict[tuple[str, str], dict[str, float]]:
         """``{(op, dtype): {"atol": ..., "rtol": ...}}`` for ``torch.testing.assert_close``.
 
@@ -783,11 +784,13 @@ class ToleranceTable:
         skip_unsupported : bool, default True
             Leave out groups without an allclose form (``max_ulp``, baseline-relative,
             missing covariates) instead of raising.
+        hardware_policy : {None, "exact", "pooled", "nearest", "error"}
+            Passed to :meth:`entry` (:mod:`tolstat.hwpolicy`).
         """
         out: dict[tuple[str, str], dict[str, float]] = {}
         for op, dt in dict.fromkeys((o, d) for o, d, _ in self.groups):
             try:
-                atol, rtol = self.entry(op, dt, hardware).allclose(covariates)
+                atol, rtol = self.entry(op, dt, hardware, hardware_policy=hardware_policy).allclose(covariates)
             except (ValueError, KeyError):
                 if skip_unsupported:
                     continue
