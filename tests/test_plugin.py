@@ -350,3 +350,27 @@ def test_dash_p_with_the_entry_point_installed(pytester, monkeypatch, tmp_path):
     res = pytester.runpytest_subprocess("-p", "no:tolstat", "-p", "tolstat.pytest_plugin", "--tolstat-record=r.nc")
     res.assert_outcomes(passed=1)
     assert "already registered" not in "\n".join(res.stdout.lines + res.stderr.lines)
+
+
+def test_suite_budget_coverage_monte_carlo():
+    """Exponential scores (true exceedance exp(-t)): the split thresholds keep the
+    per-check budget suite_budget / N in at least `confidence` of the calibrations."""
+    from tolstat.pytest_plugin import suite_table
+
+    suite, n_checks, n, reps = 0.02, 4, 700, 200
+    per_check = suite / n_checks
+    rng = np.random.default_rng(5)
+    bad = 0
+    for _ in range(reps):
+        x = rng.exponential(size=n)
+        top = np.sort(x)[::-1][:256]  # what a table stores
+        g = {"op": "k", "dtype": "float16", "hardware": "*", "n": n, "statistics": {"max_abs": {
+            "threshold": float(top[-1]), "estimate": float(top[-1]), "budget": 0.02, "confidence": 0.95,
+            "method": "order_statistic", "reason": "", "tail": {}, "top_scores": top.tolist()}}}
+        t = tolstat.ToleranceTable.from_groups([g], {"fp_budget": 0.02, "confidence": 0.95,
+                                                     "statistics": ["max_abs"]})
+        thr = suite_table(t, suite, n_checks).entry("k", "float16").statistics["max_abs"].threshold
+        bad += np.exp(-thr) > per_check
+    # binomial(200, 0.05): mean 10, P(>= 20) < 0.5%
+    assert bad < 20, bad
+    print(f"split thresholds over the per-check budget in {bad} of {reps} calibrations")
