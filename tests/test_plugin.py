@@ -108,6 +108,7 @@ def test_record_writes_valid_dataset(pytester, table_path, tmp_path):
     assert ds.sizes["run"] == 3  # only the passing checks
     assert set(ds["hardware"].values) == {"ci-box"} and set(ds["op"].values) == {"mul3"}
     assert all("test_good" in t for t in ds["test"].values)
+    assert not list(tmp_path.glob(".rec.nc.parts-*"))  # no parts folder without xdist
 
 
 def test_record_only_mode(pytester, tmp_path):

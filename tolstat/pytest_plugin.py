@@ -302,10 +302,10 @@ class TolstatSession:
         parts = sorted(Path(self.parts_dir).glob("*.nc")) if self.parts_dir else []
         opened = [open_errors(p).load() for p in parts]
         dss += opened
-        if not dss:
-            return None
-        ds = merge_records(dss, dedupe=False) if len(dss) > 1 else dss[0]
-        path = save(ds, self.record_path)
+        out = None
+        if dss:
+            ds = merge_records(dss, dedupe=False) if len(dss) > 1 else dss[0]
+            out = save(ds, self.record_path), int(ds.sizes["run"])
         for d in opened:
             d.close()
         for p in parts:
@@ -315,7 +315,7 @@ class TolstatSession:
                 Path(self.parts_dir).rmdir()
             except OSError:
                 pass
-        return path, int(ds.sizes["run"])
+        return out
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -323,7 +323,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", _MARKER)
     st = TolstatSession(config)
     config.stash[_KEY] = st
-    if st.record_path and st.worker is None and config.pluginmanager.hasplugin("xdist"):
+    distributed = getattr(config.option, "dist", "no") != "no" or bool(getattr(config.option, "numprocesses", None))
+    if st.record_path and st.worker is None and distributed and config.pluginmanager.hasplugin("xdist"):
         p = Path(st.record_path).resolve()
         st.parts_dir = str(p.parent / f".{p.name}.parts-{uuid.uuid4().hex[:8]}")
         os.makedirs(st.parts_dir)
