@@ -30,6 +30,7 @@ groups, with the same rules. Without a policy (``hardware_policy=None``)
 from __future__ import annotations
 
 import difflib
+import math
 from typing import Any, Sequence
 
 __all__ = ["HARDWARE_POLICIES", "DEFAULT_POLICY", "check_policy", "resolve_group", "machine_hardware",
@@ -62,7 +63,7 @@ def machine_hardware() -> str:
 
 def _num(v: Any) -> float:
     f = float(v)
-    return -float("inf") if f != f else f  # a refused (NaN) group is never the loosest
+    return -math.inf if math.isnan(f) else f  # a refused (NaN) group is never the loosest
 
 
 def _kind(label: str) -> str:
@@ -74,7 +75,7 @@ def _nearest(hardware: str, candidates: Sequence[str]) -> str:
         same = int(_kind(c) == _kind(hardware))
         return (-same, -difflib.SequenceMatcher(None, hardware, c).ratio(), c)
 
-    return sorted(candidates, key=key)[0]
+    return min(candidates, key=key)
 
 
 def resolve_group(groups: Sequence[tuple[str, str, str]], thresholds: Sequence[float], op: str, dtype: str,
