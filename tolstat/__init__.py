@@ -18,6 +18,7 @@ from .collect import Inputs, collect, from_pairs, hardware_fingerprint
 from .dataset import concat, indexed, validate
 from .estimators import fit
 from .io import open_errors, save
+from .merge import merge_records
 from .metrics import ErrorMetrics, error_metrics, ulp_distance
 from .statistics import RunScores, Statistic
 from .scale import ScaleModel, ScaleOptions
@@ -45,6 +46,7 @@ __all__ = [
     "Hardware",
     "validate",
     "concat",
+    "merge_records",
     "indexed",
     "save",
     "open_errors",

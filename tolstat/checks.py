@@ -106,6 +106,7 @@ def check(
     hardware: str | None = None,
     covariates: Mapping[str, Any] | None = None,
     allow_nan: bool = False,
+    hardware_policy: str | None = None,
 ) -> CheckResult:
     """Check one kernel output against its float64 reference with a calibrated table.
 
@@ -127,6 +128,8 @@ def check(
         ``ref_rms``, ``ref_max_abs`` and ``n_elements`` are computed from ``expected``.
     allow_nan : bool, default False
         Passed to :func:`tolstat.error_metrics`.
+    hardware_policy : {None, "exact", "pooled", "nearest", "error"}
+        Passed to :meth:`ToleranceTable.entry` (:mod:`tolstat.hwpolicy`).
 
     Returns
     -------
@@ -142,7 +145,7 @@ def check(
     if not isinstance(table, ToleranceTable):
         raise TypeError(f"table must be a ToleranceTable, got {type(table).__name__}")
     dt = canonical_dtype(dtype)
-    ent = table.entry(op, dt, hardware)
+    ent = table.entry(op, dt, hardware, hardware_policy=hardware_policy)
     a = as_array(actual, name="actual")
     e = as_array(expected, name="expected")
     m = error_metrics(a, e, dtype=dt, allow_nan=allow_nan)
@@ -250,6 +253,7 @@ def assert_close(
     covariates: Mapping[str, Any] | None = None,
     allow_nan: bool = False,
     msg: str | None = None,
+    hardware_policy: str | None = None,
 ) -> CheckResult:
     """Like :func:`check`, but raise ``AssertionError`` with an explanation on failure.
 
@@ -266,8 +270,9 @@ def assert_close(
     AssertionError
         The check failed.
     """
+    __tracebackhide__ = True  # pytest: show the caller's line and the message, not this frame
     r = check(actual, expected, op=op, dtype=dtype, table=table, hardware=hardware, covariates=covariates,
-              allow_nan=allow_nan)
+              allow_nan=allow_nan, hardware_policy=hardware_policy)
     if not r.passed:
         text = r.message()
         raise AssertionError(f"{msg}\n{text}" if msg else text)

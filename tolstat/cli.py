@@ -159,12 +159,38 @@ def _cmd_check(args: argparse.Namespace) -> int:
     table = load_table(args.table)
     res = check(_load_array(args.actual), _load_array(args.expected), op=args.op,
                 dtype=args.dtype, table=table, hardware=args.hardware,
-                covariates=_parse_covariates(args.cov))
+                covariates=_parse_covariates(args.cov), hardware_policy=args.hardware_policy)
     print(res.message() if not res.passed else
           f"PASS {args.op}/{res.dtype}: " + ", ".join(
               f"{k}={v:.4g} <= {res.thresholds[k]:.4g} ({100 * res.ratios[k]:.1f}% of threshold)"
               for k, v in res.statistics.items()))
     return 0 if res.passed else 1
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from . import merge_records, open_errors, save
+
+    ds = merge_records([open_errors(p) for p in args.inputs], dedupe=not args.keep_duplicates)
+    save(ds, args.output)
+    print(f"wrote {args.output} ({ds.sizes['run']} runs)")
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from . import load_table
+    from .review import show_table
+
+    print(show_table(load_table(args.table), name=args.table))
+    return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from . import load_table
+    from .review import diff_tables
+
+    print(diff_tables(load_table(args.old), load_table(args.new), names=(args.old, args.new),
+                      changed_only=args.changed_only))
+    return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -247,7 +273,24 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--table", required=True)
     h.add_argument("--hardware", default=None)
     h.add_argument("--cov", action="append", metavar="NAME=VALUE", help="covariate, e.g. K=512")
+    h.add_argument("--hardware-policy", default="error", choices=["exact", "pooled", "nearest", "error"],
+                   help="when this machine (or --hardware) is not in the table (default: error; "
+                        "see docs/plugin.md)")
     h.set_defaults(func=_cmd_check)
+    m = sub.add_parser("merge", help="merge calibration data and CI records (labels/covariates reconciled, "
+                       "repeated records dropped)")
+    m.add_argument("inputs", nargs="+", help="error datasets (.nc or .zarr), preferred first")
+    m.add_argument("-o", "--output", required=True, help=".nc or .zarr")
+    m.add_argument("--keep-duplicates", action="store_true", help="keep repeated identical records")
+    m.set_defaults(func=_cmd_merge)
+    w = sub.add_parser("show", help="list a tolerance table per group (thresholds also as atol/rtol)")
+    w.add_argument("table", help="TABLE.json or .nc")
+    w.set_defaults(func=_cmd_show)
+    f = sub.add_parser("diff", help="per-group changes between two tolerance tables (for review)")
+    f.add_argument("old")
+    f.add_argument("new")
+    f.add_argument("--changed-only", action="store_true", help="leave out unchanged groups")
+    f.set_defaults(func=_cmd_diff)
     r = sub.add_parser("report", help="write a Markdown report (tables and plots) of an evaluation")
     r.add_argument("results", help="folder written by 'tolstat evaluate'")
     r.set_defaults(func=_cmd_report)
