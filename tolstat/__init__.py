@@ -7,6 +7,10 @@ Data flow (one module per step, each importing only the steps before it)::
                                   io, stream, tail)    scale)                          pytest_plugin)
 """
 
+from . import _numba_cache
+
+_numba_cache.install()  # before any @njit(cache=True) kernel is defined: cache outside the package
+
 from ._dtypes import SUPPORTED_DTYPES, canonical_dtype
 from ._version import __version__
 from .collect import Inputs, collect, from_pairs, hardware_fingerprint
