@@ -92,7 +92,7 @@ def test_readme_commands_in_order_in_a_fresh_venv(tmp_path):
     res = steps.run(first.replace("tolstat evaluate", "tolstat evaluate --quick --no-plots"))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "tolstat size-aware" in res.stdout
-    site = steps.run('python -c "import tolstat, sys; print(tolstat.__file__)"').stdout.strip()
+    site = steps.run('python -I -c "import tolstat; print(tolstat.__file__)"').stdout.strip()
     installed = Path(site).parent
     assert installed.resolve() != (clone / "tolstat").resolve()
     assert not list(installed.rglob("*.nb[ic]")), "numba cache written into the installed package"
@@ -104,8 +104,7 @@ def test_readme_commands_in_order_in_a_fresh_venv(tmp_path):
     res = steps.run(f"{pip_part} && {pytest_part}")
     out = res.stdout[-4000:] + res.stderr[-3000:]
     assert res.returncode == 0, out
-    assert "error" not in res.stdout.split("\n\n")[-1].lower() or " passed" in res.stdout, out
     assert re.search(r"\d+ passed", res.stdout), out
     assert not installed.exists(), f"{installed} left behind by the reinstall"
-    where = steps.run('python -c "import tolstat; print(tolstat.__file__)"').stdout.strip()
+    where = steps.run('python -I -c "import tolstat; print(tolstat.__file__)"').stdout.strip()
     assert Path(where).resolve() == (clone / "tolstat" / "__init__.py").resolve()
