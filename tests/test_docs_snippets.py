@@ -69,6 +69,8 @@ def test_snippets_run(path, tmp_path, monkeypatch):
     blocks = [b for b in snippets(path) if b[2]]
     if not blocks:
         pytest.skip(f"{path.name} has no runnable python snippet")
+    if any(re.search(r"^\s*(import|from) torch\b", code, re.M) for _, code, _ in blocks):
+        pytest.importorskip("torch")
     import matplotlib
 
     matplotlib.use("Agg")
