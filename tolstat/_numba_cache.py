@@ -26,6 +26,7 @@ from __future__ import annotations
 import getpass
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -149,12 +150,19 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    from numba.core import caching
+    try:
+        from numba.core import caching
 
-    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")
-    classes = impl._locator_classes  # shared by numba's cache implementations
+        impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")
+        classes = impl._locator_classes  # shared by numba's cache implementations
+        located = _locator_class()
+    except (ImportError, AttributeError) as exc:  # pragma: no cover - a numba without these internals
+        warnings.warn(f"tolstat: cannot place numba's cache outside the package with this numba "
+                      f"({exc}); numba's default cache locations apply", RuntimeWarning, stacklevel=2)
+        _installed = True
+        return
     # after numba's user-provided locator (NUMBA_CACHE_DIR keeps precedence), before the
     # in-tree one
     pos = 1 if classes and classes[0] is caching.UserProvidedCacheLocator else 0
-    classes.insert(pos, _locator_class())
+    classes.insert(pos, located)
     _installed = True
