@@ -7,10 +7,11 @@ runs pytest. They used to fail in this order: numba wrote its cache into
 empty ``tolstat`` folder shadowed the editable install as a namespace package.
 
 The commands are read from README.md's first ``bash`` block, so the test follows the
-README. ``tolstat evaluate`` runs with ``--quick``. The second command's ``pytest`` runs
-the whole suite's collection (every test module imports ``tolstat`` from the clone) and
-a few test modules; set ``TOLSTAT_README_FULL=1`` to run the whole suite as written
-(``.ci/run`` itself runs both commands in full).
+README. ``tolstat evaluate`` runs with ``--quick --no-plots``. The second command's
+``pytest`` runs the whole suite's collection (the step that failed: every test module
+imports ``tolstat`` from the clone) and the numba cache tests, not the whole suite again;
+set ``TOLSTAT_README_FULL=1`` to run the whole suite as written (``.ci/run`` itself runs
+both commands in full, in order, in a fresh venv).
 """
 
 from __future__ import annotations
