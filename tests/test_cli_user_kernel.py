@@ -160,6 +160,7 @@ class _OnlyDLPack:
 @pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
 def test_low_precision_through_dlpack_alone(name):
     torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
     dt = getattr(torch, name)
     ref = torch.randn(6, 5, dtype=torch.float64)
     out = ref.to(dt)
