@@ -11,6 +11,10 @@ describes it)::
                                   statistics)
 """
 
+from . import _numba_cache
+
+_numba_cache.install()  # before any @njit(cache=True) kernel is defined: cache outside the package
+
 from ._dtypes import SUPPORTED_DTYPES, canonical_dtype
 from ._version import __version__
 from ._runs import Hardware

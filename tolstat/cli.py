@@ -107,13 +107,16 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from . import save
+    from . import _cli_collect, save
     from .evaluate import EvalConfig, calibration_dataset
 
-    ops = args.ops.split(",") if args.ops else None
-    cfg = EvalConfig(ops=ops, dtypes=tuple(args.dtypes.split(",")), n_cal=args.cases,
-                     seed=args.seed, quick=args.quick)
-    ds = calibration_dataset(cfg, progress=args.progress)
+    if _cli_collect.wanted(args):
+        ds = _cli_collect.run(args)
+    else:
+        ops = args.ops.split(",") if args.ops else None
+        cfg = EvalConfig(ops=ops, dtypes=tuple(args.dtypes.split(",")), n_cal=args.cases,
+                         seed=args.seed, quick=args.quick)
+        ds = calibration_dataset(cfg, progress=args.progress)
     save(ds, args.output)
     print(summary_table(ds))
     print(f"wrote {args.output} ({ds.sizes['run']} runs)")
@@ -144,20 +147,18 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_array(path: str) -> np.ndarray:
-    if path.endswith(".npz"):
-        with np.load(path) as z:
-            if len(z.files) != 1:
-                raise ValueError(f"{path}: expected one array in the .npz, found {z.files}")
-            return z[z.files[0]]
-    return np.load(path, allow_pickle=False)
+def _load_array(path: str, dtype: str | None = None) -> np.ndarray:
+    from ._npy import load_array
+
+    return load_array(path, dtype)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from . import check, load_table
 
     table = load_table(args.table)
-    res = check(_load_array(args.actual), _load_array(args.expected), op=args.op,
+    actual, expected = _load_array(args.actual, args.dtype), _load_array(args.expected, args.dtype)
+    res = check(actual, expected, op=args.op,
                 dtype=args.dtype, table=table, hardware=args.hardware,
                 covariates=_parse_covariates(args.cov), hardware_policy=args.hardware_policy)
     print(res.message() if not res.passed else
@@ -243,7 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--no-plots", action="store_true")
     e.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     e.set_defaults(func=_cmd_evaluate)
-    c = sub.add_parser("collect", help="collect an error dataset of the corpus's correct kernels")
+    c = sub.add_parser("collect", help="collect an error dataset of your kernel (--kernel MODULE:FUNCTION "
+                       "...) or of the corpus's correct kernels")
     c.add_argument("-o", "--output", required=True, help=".nc or .zarr")
     c.add_argument("--ops", help="comma-separated ops (default: all)")
     c.add_argument("--dtypes", default="float16,bfloat16")
@@ -251,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--quick", action="store_true")
     c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    from ._cli_collect import add_arguments as _user_kernel_arguments
+
+    _user_kernel_arguments(c)
     c.set_defaults(func=_cmd_collect)
     k = sub.add_parser("calibrate", help="select thresholds under a false-positive budget -> TABLE.json")
     k.add_argument("errors", help="error dataset (.nc or .zarr)")

@@ -190,7 +190,7 @@ def calibration_dataset(cfg: EvalConfig, *, progress: bool | None = None) -> xr.
 
     ops = cfg.ops or sorted(corpus.OPS)
     parts = []
-    bar = tqdm(total=len(ops) * len(cfg.dtypes), desc="calibrate", disable=None if progress is None else not progress)
+    bar = tqdm(total=len(ops) * len(cfg.dtypes), desc="collect", disable=None if progress is None else not progress)
     for op in ops:
         for dt in cfg.dtypes:
             pairs = list(_pairs_for(op, dt, cfg.n_cal, cfg.seed, cfg.quick))
