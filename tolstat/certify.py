@@ -48,6 +48,7 @@ Scholz & Stephens, "K-Sample Anderson-Darling Tests".
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -212,9 +213,10 @@ def collapse(stats: Any, *, cluster: Any = None, covariates: Any = None,
         correct variants) are dependent and become ONE unit, their per-statistic maximum
         (``nanmax``; NaN only if no member has the statistic).
     covariates : mapping str -> array_like, or array_like (runs,) or (runs, k), optional
-        Per-run covariates (e.g. shape, seed). Two runs are exact duplicates only if their
-        statistics AND covariates are identical; without covariates, identical statistic
-        vectors suffice.
+        Per-run covariates (e.g. shape, seed, input hash). Two runs are exact duplicates when
+        their covariates AND statistics are identical; the later one is dropped. Without
+        covariates no run is dropped: equal statistics alone are normal (ties on an ULP
+        lattice, exact ops) and are no evidence of a repeated run.
     names : sequence of str, optional
         Statistic names when ``stats`` is an array.
 
@@ -227,26 +229,26 @@ def collapse(stats: Any, *, cluster: Any = None, covariates: Any = None,
     Guarantee: thresholds built from the units assume independence **across** units
     (clusters), not within a cluster. A cluster's maximum bounds each member's statistic,
     so a threshold valid for a new unit is valid for a new run of any member variant.
-    Duplicates are removed before clustering (the first occurrence is kept).
+    Duplicates are removed before clustering (the first occurrence is kept). Repeated
+    runs that are not exact copies (e.g. the same inputs through another variant) must be
+    declared with ``cluster``.
     """
     m, keys = _as_matrix(stats, names)
     n = m.shape[0]
     if n == 0:
         raise ValueError("stats has no runs")
-    key = m
+    keep = np.arange(n)
     if covariates is not None:
         cm, _ = _as_matrix(covariates, what="covariates")
         if cm.shape[0] != n:
             raise ValueError(f"covariates have {cm.shape[0]} runs, stats have {n}")
-        key = np.column_stack([m, cm])
+        _, first = np.unique(_canonical_rows(np.column_stack([m, cm])), return_index=True)
+        keep = np.sort(first)
     lab = None
     if cluster is not None:
         lab = np.asarray(cluster).ravel()
         if lab.size != n:
             raise ValueError(f"cluster has {lab.size} labels for {n} runs")
-    rows = _canonical_rows(key)
-    _, first = np.unique(rows, return_index=True)
-    keep = np.sort(first)
     n_dup = n - keep.size
     m = m[keep]
     if lab is None:
@@ -534,12 +536,17 @@ def _pool_p(x: np.ndarray, rest: np.ndarray) -> float:
 
 
 def _holm(p: np.ndarray) -> np.ndarray:
-    """Holm step-down adjusted p-values (statsmodels ``multipletests(method='holm')``)."""
-    from statsmodels.stats.multitest import multipletests
-
-    if p.size == 0:
+    """Holm step-down adjusted p-values (parity with statsmodels ``multipletests(method='holm')``
+    is tested; written out because that call spends most of its time in ``gc.collect``)."""
+    p = np.asarray(p, dtype=np.float64)
+    m = p.size
+    if m == 0:
         return p
-    return multipletests(p, method="holm")[1]
+    o = np.argsort(p, kind="stable")
+    adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[o]))
+    out = np.empty(m)
+    out[o] = adj
+    return out
 
 
 def certify(
@@ -686,6 +693,7 @@ def certify(
     p = 1.0 - a
     nmin = order_statistic_min_n(p, g) if rule == "order_statistic" else conformal_min_n(a)
 
+    @functools.lru_cache(maxsize=None)
     def rank_of(k: int) -> int:
         if rule == "order_statistic":
             return int(order_statistic_rank(k, p, g)[0])
