@@ -298,3 +298,19 @@ def test_pooled_threshold_promise_in_simulation_3x_group():
     # thresholds whose true FP exceeds the budget stays within 1 - confidence + 2 MC s.e.
     lim = 0.05 + 2 * math.sqrt(0.05 * 0.95 / c.repeats)
     assert c.violations / c.repeats <= lim, c
+
+
+def test_n_needed_is_enough_with_two_statistics():
+    rng = np.random.default_rng(14)
+
+    def t(n):
+        return {"m": rng.exponential(size=n), "r": rng.exponential(size=n)}
+
+    with pytest.raises(NotEnoughData, match="group all") as e:
+        certify(t(300), fp_budget=0.01)
+    need = e.value.n_needed
+    assert need == order_statistic_min_n(0.99, 0.95) + 10
+    c = certify(t(need), fp_budget=0.01)["all"]
+    assert c.n_cal == 299 and c.n_fit == 10
+    with pytest.raises(NotEnoughData, match="group all"):
+        certify(t(need - 1), fp_budget=0.01)

@@ -758,6 +758,10 @@ def certify(
             n_cal=n_cal, rank=int(rank), n_scores=int(n_scores), pool=pool, pool_p=pool_p,
             reason=reason, flags=tuple(flags), unreachable=unreach)
 
+    def need(d: dict[str, Any]) -> int:
+        """Units the group alone would need: B's minimum plus the smallest fitting part."""
+        return nmin + (0 if d["v"].shape[1] <= 1 else min_fit)
+
     def refuse(gname: str, msg: str, need: int) -> None:
         refused[gname] = NotEnoughData(f"group {gname}: {msg}", n_needed=int(need), group=gname)
 
@@ -765,7 +769,7 @@ def certify(
     for gname, d in info.items():
         u, v, iB, q, an = d["units"], d["v"], d["iB"], d["q"], d["names"]
         nB = iB.size
-        if d["exact"] and u.n < nmin + d["iA"].size:
+        if d["exact"] and d["iB"].size < nmin:
             finish(gname, 0.0, "exact", (
                 f"no probabilistic promise: all {u.n} independent units had every statistic exactly 0 (an exact op); "
                 "the threshold is the resolution floor, so a correctly rounded output passes and any error above "
@@ -799,7 +803,7 @@ def certify(
                 for s in need_here:
                     refuse(s, f"{info[s]['iB'].size} calibration units < {nmin} needed for budget {a:g} at "
                            f"confidence {g:g}, and its pool has {len(members)} group(s) < min_pool = {min_pool}",
-                           nmin + info[s]["iA"].size)
+                           need(info[s]))
                 continue
             # shared normalisers on the union of the members' own fitting parts: each member gives
             # ceil(min_fit / members) units (none with one statistic), the rest are its pooled scores
@@ -827,17 +831,17 @@ def certify(
                 if s not in adj:
                     refuse(s, f"{d['iB'].size} calibration units: fewer than {nmin} for its own threshold and "
                            f"fewer than min_test_units = {min_test_units} to test exchangeability with a pool",
-                           nmin + d["iA"].size)
+                           need(d))
                     continue
                 if adj[s] <= pool_alpha:
                     refuse(s, f"{d['iB'].size} calibration units < {nmin} needed for budget {a:g} at confidence "
                            f"{g:g}, and its scores are not exchangeable with the pool (Anderson-Darling and Mann-Whitney, Holm-"
-                           f"adjusted p = {adj[s]:.3g} <= {pool_alpha:g})", nmin + d["iA"].size)
+                           f"adjusted p = {adj[s]:.3g} <= {pool_alpha:g})", need(d))
                     continue
                 if pooled.size < nmin or len(ok) < min_pool:
                     refuse(s, f"{d['iB'].size} calibration units < {nmin} needed; the exchangeable pool has "
                            f"{pooled.size} scores from {len(ok)} groups (need {nmin} scores, {min_pool} groups)",
-                           nmin + d["iA"].size)
+                           need(d))
                     continue
                 r = rank_of(pooled.size)
                 thr = float(np.sort(pooled)[r - 1])
@@ -859,7 +863,7 @@ def certify(
                    "the conformal rule is not pooled" if rule != "order_statistic" else "")
             refuse(s, f"{d['iB'].size} calibration units < {nmin} needed for the {rule.replace('_', ' ')} at "
                    f"budget {a:g}" + (f" and confidence {g:g}" if rule == "order_statistic" else "")
-                   + (f"; {why}" if why else ""), nmin + d["iA"].size)
+                   + (f"; {why}" if why else ""), need(d))
 
     if refused and on_refusal == "raise":
         raise next(iter(refused.values()))
