@@ -314,3 +314,25 @@ def test_n_needed_is_enough_with_two_statistics():
     assert c.n_cal == 299 and c.n_fit == 10
     with pytest.raises(NotEnoughData, match="group all"):
         certify(t(need - 1), fp_budget=0.01)
+
+
+def test_group_labels_must_be_one_per_run():
+    with pytest.raises(ValueError, match="one label per run"):
+        certify({"m": np.ones(4)}, [("a", "b")] * 4, fp_budget=0.5)
+
+
+def test_undeclared_clusters_break_the_promise_declared_ones_do_not():
+    """100 cases x 3 identical variants: counted as 300 runs the threshold under-covers."""
+    rng = np.random.default_rng(15)
+    case = np.repeat(np.arange(100), 3)
+    viol = refused = 0
+    R = 200
+    for i in range(R):
+        x = np.repeat(np.abs(rng.standard_normal(100)), 3)
+        c = certify({"m": x}, fp_budget=0.02, seed=i)["all"]  # undeclared: n = 300 >= 149
+        viol += stats.halfnorm.sf(c.threshold * c.normalisers["m"]) > 0.02
+        res = certify({"m": x}, fp_budget=0.02, cluster=case, on_refusal="record")
+        refused += "all" in res.refused
+    # with 100 independent units the max keeps the 0.98-quantile only with prob 1 - 0.98**100 = 0.87
+    assert viol / R > 0.05 + 2 * math.sqrt(0.05 * 0.95 / R)
+    assert refused == R  # declared: 100 units < 149 needed

@@ -581,7 +581,8 @@ def certify(
         statistic NaN in every run of a group is left out of that group's score). An
         infinite value (non-finite output) is an error: calibration runs must be correct.
     group : array_like, optional
-        Group label per run (default: one group ``"all"``).
+        Group label per run, 1-D (default: one group ``"all"``). Results are keyed by
+        ``str(label)``.
     fp_budget : float
         Largest acceptable probability that a correct run's check fails.
     confidence : float
@@ -675,7 +676,10 @@ def certify(
                          "a non-finite output; calibration runs must be correct")
     if (m < 0).any():
         raise ValueError("statistics must be nonnegative (use |bias| or a one-sided statistic)")
-    glab = np.full(n, "all", dtype=object) if group is None else np.asarray(group, dtype=object).ravel()
+    glab = np.full(n, "all", dtype=object) if group is None else np.asarray(group, dtype=object)
+    if glab.ndim != 1:
+        raise ValueError(f"group must be one label per run (1-D; join multi-key labels into one string), "
+                         f"got shape {glab.shape}")
     if glab.size != n:
         raise ValueError(f"group has {glab.size} labels for {n} runs")
     clab = None if cluster is None else np.asarray(cluster, dtype=object).ravel()
