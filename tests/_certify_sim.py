@@ -129,8 +129,7 @@ def expected_threshold(family: str, n: int, groups: int, budget: float, n_stats:
     own = units - fit_size(units, n_stats, nmin) >= nmin
     if own or groups == 1:
         return own
-    per = 0 if n_stats == 1 else math.ceil(10 / groups)
-    return groups * (units - per) >= nmin
+    return groups * units - (0 if n_stats == 1 else 1) >= nmin
 
 
 def run_cell(family: str, n: int, budget: float, *, n_stats: int = 1, groups: int = 1,

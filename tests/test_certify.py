@@ -63,7 +63,8 @@ def test_fit_size_rules():
     assert fit_size(5000, 3, 299) == 200  # max_fit
     # lowered so B keeps the units its own order statistic needs
     assert fit_size(320, 2, 299) == 21
-    assert fit_size(305, 2, 299) == 61  # cannot keep 299 and 10: default size
+    assert fit_size(305, 2, 299) == 6  # down to 1 unit rather than a refusal
+    assert fit_size(299, 2, 299) == 60  # cannot reach 299 anyway: default size
     assert fit_size(2, 2, 299) == 1  # B keeps at least one unit
     with pytest.raises(ValueError, match="n_units must be >= 1"):
         fit_size(0, 2, 10)
@@ -237,6 +238,19 @@ def _groups(rng, g=10, n=30, scale0=1.0):
     return {"m": x}, np.repeat([f"g{i}" for i in range(g)], n)
 
 
+def test_pooling_with_two_statistics_spends_few_fitting_units():
+    rng = np.random.default_rng(16)
+    st = {"m": np.abs(rng.standard_normal(300)), "r": rng.exponential(size=300)}
+    lab = np.repeat([f"g{i}" for i in range(10)], 30)
+    res = certify(st, lab, fit_fraction=0.2, fp_budget=0.01)
+    c = res["g0"]
+    # 300 units, 299 needed: one unit fits the pool's shared normalisers
+    assert c.n_scores == 299 and c.n_fit == 1 and res["g1"].n_fit == 0
+    assert res["g0"].normalisers == res["g7"].normalisers
+    res = certify(st, lab, fp_budget=0.02)  # room: min_fit = 10 units in all, one per group
+    assert res["g0"].n_scores == 290 and all(res[g].n_fit == 1 for g in res.groups)
+
+
 def test_pooling_gives_every_exchangeable_group_a_threshold():
     st, lab = _groups(np.random.default_rng(9))
     res = certify(st, lab, fp_budget=0.01)
@@ -307,11 +321,11 @@ def test_n_needed_is_enough_with_two_statistics():
         return {"m": rng.exponential(size=n), "r": rng.exponential(size=n)}
 
     with pytest.raises(NotEnoughData, match="group all") as e:
-        certify(t(300), fp_budget=0.01)
+        certify(t(299), fp_budget=0.01)
     need = e.value.n_needed
-    assert need == order_statistic_min_n(0.99, 0.95) + 10
+    assert need == order_statistic_min_n(0.99, 0.95) + 1
     c = certify(t(need), fp_budget=0.01)["all"]
-    assert c.n_cal == 299 and c.n_fit == 10
+    assert c.n_cal == 299 and c.n_fit == 1
     with pytest.raises(NotEnoughData, match="group all"):
         certify(t(need - 1), fp_budget=0.01)
 

@@ -273,13 +273,14 @@ def fit_size(n_units: int, n_statistics: int, n_needed: int, *, fit_fraction: fl
 
     Rule: 0 with one statistic (the normaliser cannot change any order-statistic rank).
     Otherwise ``min(max(ceil(fit_fraction * n), min_fit), max_fit)``, lowered to
-    ``n - n_needed`` (but not below ``min_fit``) when that lets B reach the ``n_needed``
-    units its own order statistic needs, and always leaving B at least one unit.
+    ``n - n_needed`` (at least 1) when that lets B reach the ``n_needed`` units its own
+    order statistic needs, and always leaving B at least one unit.
 
     Why this size: the normalisers only balance the statistics against each other (any
-    ``q`` fitted on A keeps the promise); an upper quantile of 10 units is already within a
-    small factor, and beyond about 200 units it hardly improves while B loses runs. B keeps
-    80% or more, so few runs are not wasted.
+    ``q`` fitted on A keeps the promise, however few units A has); an upper quantile of 10
+    units is already within a small factor, and beyond about 200 units it hardly improves
+    while B loses runs. B keeps 80% or more, and when units are short A shrinks (down to
+    one unit: cruder balance, same promise) rather than the group being refused.
     """
     n_units = int(n_units)
     if n_units < 1:
@@ -291,7 +292,7 @@ def fit_size(n_units: int, n_statistics: int, n_needed: int, *, fit_fraction: fl
     if min_fit < 1 or max_fit < min_fit:
         raise ValueError(f"need 1 <= min_fit <= max_fit, got min_fit={min_fit}, max_fit={max_fit}")
     a = min(max(math.ceil(fit_fraction * n_units), min_fit), max_fit)
-    if n_units - a < n_needed <= n_units - min_fit:
+    if n_units - a < n_needed <= n_units - 1:
         a = n_units - n_needed
     return max(0, min(a, n_units - 1))
 
@@ -763,8 +764,8 @@ def certify(
             reason=reason, flags=tuple(flags), unreachable=unreach)
 
     def need(d: dict[str, Any]) -> int:
-        """Units the group alone would need: B's minimum plus the smallest fitting part."""
-        return nmin + (0 if d["v"].shape[1] <= 1 else min_fit)
+        """Units the group alone would need: B's minimum plus the smallest fitting part (1)."""
+        return nmin + (0 if d["v"].shape[1] <= 1 else 1)
 
     def refuse(gname: str, msg: str, need: int) -> None:
         refused[gname] = NotEnoughData(f"group {gname}: {msg}", n_needed=int(need), group=gname)
@@ -809,16 +810,28 @@ def certify(
                            f"confidence {g:g}, and its pool has {len(members)} group(s) < min_pool = {min_pool}",
                            need(info[s]))
                 continue
-            # shared normalisers on the union of the members' own fitting parts: each member gives
-            # ceil(min_fit / members) units (none with one statistic), the rest are its pooled scores
+            # shared normalisers on the union of small fitting parts of the members: min_fit units
+            # in all (fewer, down to 1, when that lets the pool reach nmin; none with one
+            # statistic), dealt round-robin; the rest of each member gives its pooled scores
             cols = [names.index(n_) for n_ in names_union]
-            per = 0 if len(cols) <= 1 else math.ceil(min_fit / len(members))
+            sizes = [info[gn]["units"].n for gn in members]
+            kfit = [0] * len(members)
+            if len(cols) > 1:
+                total = sum(sizes)
+                tf = min_fit if not (total - min_fit < nmin <= total - 1) else total - nmin
+                tf = min(tf, total - len(members))
+                i = 0
+                while sum(kfit) < tf:
+                    if kfit[i] < sizes[i] - 1:
+                        kfit[i] += 1
+                    i = (i + 1) % len(members)
             fitparts, calparts = {}, {}
-            for gn in members:
+            for gn, kA in zip(members, kfit):
                 full = info[gn]["units"].values[:, cols]
-                kA = min(per, full.shape[0] - 1)
                 iA, iB = split_units(full.shape[0], kA, seed)
-                fitparts[gn], calparts[gn] = (full if kA == 0 else full[iA]), full[iB]
+                fitparts[gn], calparts[gn] = full[iA], full[iB]
+            if len(cols) <= 1:
+                fitparts = {gn: info[gn]["units"].values[:, cols] for gn in members}
             qP = fit_normalisers(np.vstack(list(fitparts.values())), quantile=norm_quantile,
                                  resolution=dict(zip(names_union, floors[cols])), names=names_union)
             with warnings.catch_warnings():
@@ -859,7 +872,7 @@ def certify(
                           f"{pooled.size} scores of {len(ok)} exchangeable groups (normalisers shared by the pool)")
                 finish(s, thr, "pooled_order_statistic", guar, qg, act_names, r, pooled.size, reason,
                        pool=tuple(ok), pool_p=float(adj[s]),
-                       split=(int(fitparts[s].shape[0]) if per else 0, int(calparts[s].shape[0])))
+                       split=(int(kfit[members.index(s)]), int(calparts[s].shape[0])))
     else:
         for s in small:
             d = info[s]
