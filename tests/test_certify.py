@@ -46,6 +46,15 @@ def test_duplicates_need_identical_covariates_and_statistics():
     assert u.n_duplicates == 2
 
 
+def test_duplicates_with_non_numeric_covariates():
+    st = {"a": [1.0, 1.0, 1.0]}
+    u = collapse(st, covariates={"shape": [(2, 3), (2, 3), (3, 2)], "dtype": ["f16", "f16", "f16"]})
+    assert u.n == 2 and u.n_duplicates == 1
+    res = certify({"a": np.r_[np.ones(3), np.zeros(300)]}, fp_budget=0.01,
+                  covariates={"case": ["x", "x", "y"] + list(range(300))})
+    assert res["all"].n_duplicates == 1 and res["all"].n_units == 302
+
+
 def test_collapse_validates():
     with pytest.raises(ValueError, match="different numbers of runs"):
         collapse({"a": [1, 2], "b": [1]})

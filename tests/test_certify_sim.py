@@ -26,9 +26,10 @@ def test_coverage_default_subset(cell):
     assert not check_cell(c), check_cell(c)
 
 
-def test_ten_groups_of_thirty_exchangeable_all_get_thresholds():
+@pytest.mark.parametrize("n_stats", [1, 2])
+def test_ten_groups_of_thirty_exchangeable_all_get_thresholds(n_stats):
     """10 groups x 30 runs, exchangeable scores: no group refused (up to the test's level)."""
-    c = run_cell("scale mixture (0.5/1/2)", 30, 1e-2, groups=10, repeats=100)
+    c = run_cell("scale mixture (0.5/1/2)", 30, 1e-2, groups=10, repeats=100, n_stats=n_stats)
     assert c.refused <= 3, c
     assert c.methods == ("pooled_order_statistic",)
     assert not check_cell(c), check_cell(c)

@@ -200,6 +200,41 @@ def _canonical_rows(m: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(c).view(np.dtype((np.void, c.dtype.itemsize * c.shape[1]))).ravel()
 
 
+def _covariate_columns(covariates: Any, n: int) -> list[list[Any]]:
+    """Covariates (mapping name -> values, or an array (runs,) / (runs, k)) as hashable columns."""
+    if isinstance(covariates, Mapping):
+        cols = []
+        for v in covariates.values():
+            if isinstance(v, np.ndarray) and v.ndim == 1:
+                cols.append(v.astype(object))
+                continue
+            lst = list(v)
+            c = np.empty(len(lst), dtype=object)
+            for i, x in enumerate(lst):
+                c[i] = x
+            cols.append(c)
+    else:
+        a = np.asarray(covariates, dtype=object)
+        a = a[:, None] if a.ndim == 1 else a
+        if a.ndim != 2:
+            raise ValueError(f"covariates must be a mapping or an array (runs,) or (runs, k), got shape {a.shape}")
+        cols = [a[:, j] for j in range(a.shape[1])]
+    for c in cols:
+        if c.size != n:
+            raise ValueError(f"covariates have {c.size} runs, stats have {n}")
+    return [[_hashable(x) for x in c] for c in cols]
+
+
+def _hashable(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return (x.shape, tuple(x.ravel().tolist()))
+    if isinstance(x, (list, tuple)):
+        return tuple(_hashable(y) for y in x)
+    if isinstance(x, float) and math.isnan(x):
+        return "nan"
+    return x
+
+
 def collapse(stats: Any, *, cluster: Any = None, covariates: Any = None,
              names: Sequence[str] | None = None) -> Units:
     """Collapse exact duplicate runs and declared clusters into independent units.
@@ -213,7 +248,8 @@ def collapse(stats: Any, *, cluster: Any = None, covariates: Any = None,
         correct variants) are dependent and become ONE unit, their per-statistic maximum
         (``nanmax``; NaN only if no member has the statistic).
     covariates : mapping str -> array_like, or array_like (runs,) or (runs, k), optional
-        Per-run covariates (e.g. shape, seed, input hash). Two runs are exact duplicates when
+        Per-run covariates of any kind (e.g. shape tuples, dtype names, seeds, an input
+        hash). Two runs are exact duplicates when
         their covariates AND statistics are identical; the later one is dropped. Without
         covariates no run is dropped: equal statistics alone are normal (ties on an ULP
         lattice, exact ops) and are no evidence of a repeated run.
@@ -239,11 +275,12 @@ def collapse(stats: Any, *, cluster: Any = None, covariates: Any = None,
         raise ValueError("stats has no runs")
     keep = np.arange(n)
     if covariates is not None:
-        cm, _ = _as_matrix(covariates, what="covariates")
-        if cm.shape[0] != n:
-            raise ValueError(f"covariates have {cm.shape[0]} runs, stats have {n}")
-        _, first = np.unique(_canonical_rows(np.column_stack([m, cm])), return_index=True)
-        keep = np.sort(first)
+        cols = _covariate_columns(covariates, n)
+        rows = _canonical_rows(m)
+        seen: dict[Any, int] = {}
+        for i, k in enumerate(zip(rows.tolist(), *cols)):
+            seen.setdefault(k, i)
+        keep = np.fromiter(sorted(seen.values()), dtype=np.int64)
     lab = None
     if cluster is not None:
         lab = np.asarray(cluster).ravel()
@@ -688,9 +725,11 @@ def certify(
         raise ValueError(f"cluster has {clab.size} labels for {n} runs")
     cov = None
     if covariates is not None:
-        cov, _ = _as_matrix(covariates, what="covariates")
-        if cov.shape[0] != n:
-            raise ValueError(f"covariates have {cov.shape[0]} runs, stats have {n}")
+        cc = _covariate_columns(covariates, n)
+        cov = np.empty((n, len(cc)), dtype=object)
+        for j, c in enumerate(cc):
+            for i, x in enumerate(c):
+                cov[i, j] = x
     floors = _per_stat("floor", floor, names, 0.0)
     if (floors < 0).any():
         raise ValueError(f"floor must be >= 0, got {floor!r}")
