@@ -139,6 +139,10 @@ def test_order_statistic_threshold_is_the_binomial_rank_of_B():
     assert c.rank == r and c.threshold == s[r - 1]
     assert c.normalisers == {"m": q[0], "r": q[1]}
     assert "PAC" in c.guarantee and "0.95" in c.guarantee
+    import json
+
+    d = json.loads(json.dumps(c.to_dict()))
+    assert d["threshold"] == c.threshold and d["flags"] == [] and d["normalisers"] == c.normalisers
     # the same score function checks new runs
     assert bool(c.passes({"m": 0.0, "r": 0.0})) and not bool(c.passes({"m": 1e3, "r": 0.0}))
 

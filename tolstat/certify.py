@@ -48,6 +48,7 @@ Scholz & Stephens, "K-Sample Anderson-Darling Tests".
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
@@ -516,6 +517,11 @@ class GroupCertificate:
     def score(self, stats: Mapping[str, Any], *, which: bool = False) -> Any:
         """:func:`score` with this group's normalisers."""
         return score(stats, self.normalisers, which=which)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-friendly dict of every field (tuples as lists)."""
+        d = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
     def passes(self, stats: Mapping[str, Any]) -> np.ndarray:
         """True where a run's combined score is within the threshold (NaN score passes)."""
