@@ -200,7 +200,7 @@ def grid(full: bool = True) -> list[tuple[str, int, int, float, int, int]]:
             for n in (30, 300, 1000, 3000):
                 cells.append((f, n, 1, 1e-2, j, 1000 if n > 30 else 50))
             cells.append((f, 3000, 1, 1e-3, j, 1000))
-            cells.append((f, 30, 10, 1e-2, j, 60 if j == 1 else 20))
+            cells.append((f, 30, 10, 1e-2, j, 60))
             cells.append((f, 100, 10, 1e-2, j, 60))
             cells.append((f, 300, 10, 1e-3, j, 30))
     return cells
