@@ -58,6 +58,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import stats as _st
 
+from ._util import NotEnoughData
 from .estimators.orderstat import (
     conformal_min_n,
     conformal_rank,
@@ -83,25 +84,6 @@ __all__ = [
 
 #: threshold rules :func:`certify` accepts
 RULES = ("order_statistic", "conformal")
-
-
-class NotEnoughData(ValueError):
-    """Too few independent units to keep the promise; ``n_needed`` says how many would do.
-
-    Parameters
-    ----------
-    message : str
-        What was refused and why (names the group and the units needed).
-    n_needed : int or None
-        Independent units (runs, or clusters when declared) that the group would need.
-    group : str or None
-        The group refused.
-    """
-
-    def __init__(self, message: str, *, n_needed: int | None = None, group: str | None = None):
-        super().__init__(message)
-        self.n_needed = n_needed
-        self.group = group
 
 
 class UnreachableThresholdWarning(UserWarning):
