@@ -105,7 +105,7 @@ def phase_calibrate(path: str, chunk_runs: int, k: int, p_bound: float, confiden
     t0 = time.perf_counter()
     top = tail.group_topk(ds, "sample_abs", k)
     t_topk = time.perf_counter() - t0
-    bound = tail.order_statistic_bound(top, p=p_bound, confidence=confidence)
+    bound = tail.topk_order_statistic_bound(top, p=p_bound, confidence=confidence)
     q = tail.upper_quantile(top, p=p_quantile, method="higher")
     dt = time.perf_counter() - t0
     groups = []

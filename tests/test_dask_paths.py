@@ -44,8 +44,10 @@ def test_select_on_dask_equals_in_memory(stored, chunk, form):
         warnings.simplefilter("ignore", UserWarning)  # chunks splitting stored chunks
         lazy = tolstat.open_errors(path, chunks={"run": chunk})
     assert lazy.sample_abs.chunks is not None
-    a = tolstat.select(ds, fp_budget=0.02, form=form, size_covariate="n_elements" if form else None)
-    b = tolstat.select(lazy, fp_budget=0.02, form=form, size_covariate="n_elements" if form else None)
+    a = tolstat.select(ds, fp_budget=0.02, form=form,
+                       scale=tolstat.ScaleOptions(size_covariate="n_elements" if form else None))
+    b = tolstat.select(lazy, fp_budget=0.02, form=form,
+                       scale=tolstat.ScaleOptions(size_covariate="n_elements" if form else None))
     da, db = a.data.copy(), b.data.copy()
     da.attrs.pop("provenance"), db.attrs.pop("provenance")  # creation time differs
     xr.testing.assert_identical(da, db)
@@ -67,12 +69,13 @@ def test_fit_on_dask_equals_in_memory(stored, chunk, method, opts):
 
 def test_run_scores_blockwise_equals_whole(stored, monkeypatch):
     """Scores read RUN_BLOCK runs at a time equal those of one whole read."""
-    from tolstat import scale
+    from tolstat import scale, statistics
 
     ds, path = stored
     model = scale.fit_scale(ds.isel(run=slice(0, 300)), "allclose")
     whole, _ = scale.run_scores(ds, model)
-    monkeypatch.setattr(scale, "RUN_BLOCK", 7)
+    monkeypatch.setattr(statistics, "RUN_BLOCK", 7)
+    assert len(statistics.run_blocks(ds.sizes["run"])) == -(-ds.sizes["run"] // 7)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         lazy = tolstat.open_errors(path, chunks={"run": 50})

@@ -161,6 +161,7 @@ def test_jackknife_exact(method):
             np.testing.assert_array_equal(np.sort(np.repeat(vals, mult.astype(int))), np.sort(brute))
 
 
+@pytest.mark.slow
 def test_return_level_bounds_and_degenerate():
     rng = np.random.default_rng(24)
     y = rng.exponential(1.0, 3000)

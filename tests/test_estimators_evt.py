@@ -63,6 +63,7 @@ def test_return_level_formula_limits_and_endpoint():
     assert math.isclose(gev_return_level(0.0, 1.0, 0.0, 0.01), -math.log(-math.log(0.99)))
 
 
+@pytest.mark.slow
 def test_pot_threshold_rule_and_bounded_tail():
     rng = np.random.default_rng(3)
     x = rng.uniform(0, 1, 20000)  # bounded: the tail estimate must respect the endpoint ~ 1

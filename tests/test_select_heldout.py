@@ -8,6 +8,7 @@ from scipy import stats
 
 import tolstat
 from tolstat.checks import check
+from tolstat import ScaleOptions
 from tolstat.selection import select
 
 SCALES = (1.0, 10.0, 100.0)
@@ -65,8 +66,7 @@ def _fails(table, ds, cov_names=("K",)):
 @pytest.mark.parametrize("form", [None, "allclose", "size_aware", "normalised"])
 def test_heldout_fp_rate_within_budget(data, form):
     train, test, unseen = data
-    t = select(train, fp_budget=BUDGET, confidence=0.95, form=form, power_covariates=("K",),
-               linear_covariates=("ref_rms",))
+    t = select(train, fp_budget=BUDGET, confidence=0.95, form=form, scale=ScaleOptions(power=("K",), linear=("ref_rms",)))
     f = _fails(t, test)
     assert _not_above(int(f.sum()), f.size, BUDGET), (form, f.mean())
 
@@ -74,7 +74,7 @@ def test_heldout_fp_rate_within_budget(data, form):
 @pytest.mark.parametrize("form", ["size_aware", "normalised"])
 def test_conditional_budget_across_magnitudes_and_sizes(data, form):
     train, test, unseen = data
-    t = select(train, fp_budget=BUDGET, form=form, power_covariates=("K",), linear_covariates=("ref_rms",))
+    t = select(train, fp_budget=BUDGET, form=form, scale=ScaleOptions(power=("K",), linear=("ref_rms",)))
     f = _fails(t, test)
     for s in SCALES:
         m = test["scale"].values == s
@@ -100,8 +100,7 @@ def test_size_aware_keeps_budget_on_unseen_sizes(data):
 def test_normalised_tighter_than_max_abs_on_small_magnitudes(data):
     train, test, _ = data
     t_abs = select(train, fp_budget=BUDGET)
-    t_norm = select(train, fp_budget=BUDGET, form="normalised", power_covariates=("K",),
-                    linear_covariates=("ref_rms",))
+    t_norm = select(train, fp_budget=BUDGET, form="normalised", scale=ScaleOptions(power=("K",), linear=("ref_rms",)))
     atol_abs = t_abs.entry("rowsum", "float16").statistics["max_abs"].threshold
     ent = t_norm.entry("rowsum", "float16")
     c = ent.statistics["max_score"].threshold
@@ -117,7 +116,7 @@ def test_normalised_tighter_than_max_abs_on_small_magnitudes(data):
 def test_check_agrees_with_calibration_scores(data):
     """check() on a fresh run computes the same score as the calibration path."""
     train, _, _ = data
-    t = select(train, fp_budget=BUDGET, form="normalised", power_covariates=("K",), linear_covariates=("ref_rms",))
+    t = select(train, fp_budget=BUDGET, form="normalised", scale=ScaleOptions(power=("K",), linear=("ref_rms",)))
     rng = np.random.default_rng(7)
     x = 10.0 * rng.standard_normal((ROWS, 64))
     r = check(_kernel(x), _reference(x), op="rowsum", dtype="float16", table=t, covariates={"K": 64})

@@ -156,6 +156,7 @@ def test_small_runs_and_sample_padding(tmp_path):
     _same(a, b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,at", [("kill_kernel", 1), ("kill_kernel", 6), ("kill_write", 40),
                                      ("kill_write", 3)])
 def test_kill_and_resume(kernels, expected, tmp_path, mode, at):
@@ -165,15 +166,15 @@ def test_kill_and_resume(kernels, expected, tmp_path, mode, at):
     assert res.returncode == -9, res.stderr  # SIGKILL
     if store.exists():
         prog = stream.store_progress(store)
-        assert not prog["complete"]
-        done_before = len(prog["done"])
+        assert not prog.complete
+        done_before = len(prog.done)
         assert done_before < k.KW["runs"]
         with pytest.raises(ValueError, match="unfinished"):
             stream.open_store(store)
         if done_before:
             part = stream.open_store(store, partial=True)
-            np.testing.assert_array_equal(part.run_index.values, prog["done"])
-            _same(expected.isel(run=prog["done"], sample=slice(0, part.sizes["sample"])), part)
+            np.testing.assert_array_equal(part.run_index.values, prog.done)
+            _same(expected.isel(run=prog.done, sample=slice(0, part.sizes["sample"])), part)
     else:  # killed before the store was created (run 0 in flight)
         done_before = 0
     res = _child(kdir, store, "none", 0)
@@ -225,10 +226,10 @@ def test_torn_log_line_is_ignored(kernels, expected, tmp_path):
     boom_make.__qualname__ = "make"
     with pytest.raises(RuntimeError, match="boom"):
         stream.collect_to_store(k.kernel, k.reference, boom_make, store=store, **kw)
-    assert stream.store_progress(store)["done"] == [0, 1, 2, 3]
+    assert stream.store_progress(store).done == [0, 1, 2, 3]
     with open(store / stream.SIDE / stream.LOG, "ab") as fh:  # a crash mid-append
         fh.write(b'{"i": 4, "lab')
-    assert stream.store_progress(store)["done"] == [0, 1, 2, 3]
+    assert stream.store_progress(store).done == [0, 1, 2, 3]
     ds = stream.collect_to_store(k.kernel, k.reference, k.make, store=store, **kw)
     _same(expected, ds)
 

@@ -33,7 +33,7 @@ def _table(nrun: int = 37, nsample: int = 11, seed: int = 0, dtype=np.float64) -
     )
 
 
-def _full_groups(ds, statistic, by=tolstat.errors.GROUP_DIMS):
+def _full_groups(ds, statistic, by=tolstat.dataset.GROUP_DIMS):
     """Reference: every group's non-NaN values, by brute force."""
     v = ds[statistic].values.reshape(ds.sizes["run"], -1)
     keys = list(zip(*(ds[b].values for b in by)))
@@ -163,23 +163,23 @@ def test_order_statistic_bound_exact():
     x = rng.exponential(1.0, 5000)
     top = np.sort(x)[::-1][:200]
     for p, g in [(0.99, 0.95), (0.999, 0.9), (0.98, 0.99)]:
-        r = int(tail.order_statistic_rank(x.size, p, g))
+        r = int(tail.topk_order_statistic_rank(x.size, p, g))
         assert stats.binom.cdf(r - 1, x.size, p) >= g > stats.binom.cdf(r - 2, x.size, p)
-        assert float(tail.order_statistic_bound(top, x.size, p, g)) == np.sort(x)[r - 1]
+        assert float(tail.topk_order_statistic_bound(top, x.size, p, g)) == np.sort(x)[r - 1]
     # the sample maximum at the minimum n
-    nmin = tail.min_runs_for_bound(0.95, 0.95)
+    nmin = tolstat.estimators.order_statistic_min_n(0.95, 0.95)
     assert nmin == 59
-    assert float(tail.order_statistic_bound(np.array([3.0, 2.0]), nmin, 0.95, 0.95)) == 3.0
+    assert float(tail.topk_order_statistic_bound(np.array([3.0, 2.0]), nmin, 0.95, 0.95)) == 3.0
 
 
 def test_order_statistic_bound_errors_and_groups():
     with pytest.raises(ValueError, match="need n >= 59"):
-        tail.order_statistic_bound(np.array([3.0, 2.0]), 58, 0.95, 0.95)
+        tail.topk_order_statistic_bound(np.array([3.0, 2.0]), 58, 0.95, 0.95)
     with pytest.raises(ValueError, match="k >= "):
-        tail.order_statistic_bound(np.array([3.0, 2.0]), 5000, 0.99, 0.95)
+        tail.topk_order_statistic_bound(np.array([3.0, 2.0]), 5000, 0.99, 0.95)
     ds = _table(nrun=400, nsample=30)
     top = tail.group_topk(ds, "sample_abs", 100)
-    b = tail.order_statistic_bound(top, p=0.99, confidence=0.9)
+    b = tail.topk_order_statistic_bound(top, p=0.99, confidence=0.9)
     assert set(b.coords) >= {"n", "order_rank", "op", "dtype", "hardware"}
     full = _full_groups(ds, "sample_abs")
     for (op, dt, hw), x in full.items():
@@ -188,7 +188,7 @@ def test_order_statistic_bound_errors_and_groups():
 
 
 def test_rank_is_the_binomial_rule_with_empty_groups():
-    """tail.order_statistic_rank against the definition, by brute force over all ranks with
+    """tail.topk_order_statistic_rank against the definition, by brute force over all ranks with
     scipy: the smallest r with binom.cdf(r - 1, n, p) >= confidence; empty groups give 0."""
     n = np.array([[59, 0, 100], [1000, 12345, 0]])
     for p, g in [(0.95, 0.95), (0.9, 0.99), (0.99, 0.9)]:
@@ -200,10 +200,10 @@ def test_rank_is_the_binomial_rule_with_empty_groups():
             want[idx] = r[stats.binom.cdf(r - 1, ni, p) >= g][0]
         if (want[n > 0] == 0).any():
             with pytest.raises(ValueError, match="need n >= "):
-                tail.order_statistic_rank(n, p, g)
+                tail.topk_order_statistic_rank(n, p, g)
             continue
-        got = tail.order_statistic_rank(n, p, g)
+        got = tail.topk_order_statistic_rank(n, p, g)
         assert got.shape == n.shape and got.dtype == np.int64
         np.testing.assert_array_equal(got, want)
     with pytest.raises(ValueError, match="confidence must lie strictly between 0 and 1"):
-        tail.order_statistic_rank(np.zeros(3, np.int64), 0.9, 1.5)  # validated even with no group
+        tail.topk_order_statistic_rank(np.zeros(3, np.int64), 0.9, 1.5)  # validated even with no group

@@ -7,10 +7,11 @@ from typing import Any, Mapping
 import numpy as np
 import xarray as xr
 
-from .checks import _auto_covariates, _evaluate
-from .evaluate import Method
+from ._method import Method
+from .checks import check_metrics
 from .metrics import ErrorMetrics
-from .selection import ToleranceTable, select
+from .selection import select
+from .table import ToleranceTable
 
 __all__ = ["TolstatMethod", "tolstat_methods"]
 
@@ -46,7 +47,7 @@ class TolstatMethod(Method):
               expected: np.ndarray, covariates: Mapping[str, float]) -> float:  # noqa: D102
         assert self.table is not None, "calibrate first"
         ent = self.table.entry(op, dtype, None)
-        res = _evaluate(m, actual, expected, ent, _auto_covariates(m, covariates))
+        res = check_metrics(m, actual, expected, ent, covariates)
         return max(res.ratios.values()) if res.ratios else 0.0
 
     def threshold_for(self, op: str, dtype: str) -> float | None:

@@ -16,10 +16,12 @@ import numpy as np
 
 from ._dtypes import canonical_dtype
 from .metrics import ErrorMetrics, as_array, error_metrics
-from .scale import bias_score
-from .selection import ToleranceEntry, ToleranceTable, exceedance_probability
+from .bounds import exceedance_probability
+from .statistics import get as get_statistic
+from .statistics import metric_covariates
+from .table import ToleranceEntry, ToleranceTable
 
-__all__ = ["CheckResult", "check", "assert_close"]
+__all__ = ["CheckResult", "check", "check_metrics", "assert_close"]
 
 
 @dataclass(frozen=True)
@@ -94,17 +96,6 @@ class CheckResult:
         return _message(self)
 
 
-def _auto_covariates(m: ErrorMetrics, covariates: Mapping[str, Any] | None) -> dict[str, Any]:
-    ref = m.ref_abs[np.isfinite(m.ref_abs)]
-    cov = {
-        "n_elements": float(m.n_elements),
-        "ref_max_abs": float(ref.max()) if ref.size else 0.0,
-        "ref_rms": float(np.sqrt(np.mean(np.square(ref)))) if ref.size else 0.0,
-    }
-    cov.update({str(k): v for k, v in (covariates or {}).items()})
-    return cov
-
-
 def check(
     actual: Any,
     expected: Any,
@@ -115,6 +106,7 @@ def check(
     hardware: str | None = None,
     covariates: Mapping[str, Any] | None = None,
     allow_nan: bool = False,
+    hardware_policy: str | None = None,
 ) -> CheckResult:
     """Check one kernel output against its float64 reference with a calibrated table.
 
@@ -136,6 +128,8 @@ def check(
         ``ref_rms``, ``ref_max_abs`` and ``n_elements`` are computed from ``expected``.
     allow_nan : bool, default False
         Passed to :func:`tolstat.error_metrics`.
+    hardware_policy : {None, "exact", "pooled", "nearest", "error"}
+        Passed to :meth:`ToleranceTable.entry` (:mod:`tolstat.hwpolicy`).
 
     Returns
     -------
@@ -151,42 +145,33 @@ def check(
     if not isinstance(table, ToleranceTable):
         raise TypeError(f"table must be a ToleranceTable, got {type(table).__name__}")
     dt = canonical_dtype(dtype)
-    ent = table.entry(op, dt, hardware)
+    ent = table.entry(op, dt, hardware, hardware_policy=hardware_policy)
     a = as_array(actual, name="actual")
     e = as_array(expected, name="expected")
     m = error_metrics(a, e, dtype=dt, allow_nan=allow_nan)
-    return _evaluate(m, a, e, ent, _auto_covariates(m, covariates))
+    return check_metrics(m, a, e, ent, covariates)
 
 
-def _evaluate(m: ErrorMetrics, a: np.ndarray, e: np.ndarray, ent: ToleranceEntry,
-              cov: Mapping[str, Any]) -> CheckResult:
+def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceEntry,
+                  covariates: Mapping[str, Any] | None = None) -> CheckResult:
+    """Check already computed error metrics against one table entry.
+
+    The step of :func:`check` after the table lookup and :func:`tolstat.error_metrics`
+    (for callers that have both, e.g. :mod:`tolstat.evaluate`). ``covariates`` are the
+    user's run covariates; the built-in ones (``ref_rms``, ...) are added from ``m``.
+    """
+    ent = entry
+    cov = metric_covariates(m, covariates)
     name = ent.max_statistic
     c = ent.statistics[name].threshold
-    # element scores and allowances of the max statistic
-    if name == "max_abs":
-        elem = m.abs
-        allowed = np.full(m.abs.shape, c)
-    elif name == "max_rel":
-        elem = m.rel
-        allowed = c * np.maximum(m.ref_abs, m.rel_floor)
-    elif name == "max_ulp":
-        elem = m.ulp
-        allowed = None
-    else:
-        assert ent.scale is not None
-        s = ent.scale.scale(m.ref_abs, cov, dtype=ent.dtype)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            elem = np.where(m.abs == 0, 0.0, m.abs / s)
-        allowed = c * s
-    elem = np.where(m.nonfinite, np.inf, elem)
-    elem = np.where(np.isnan(elem), 0.0, elem)  # matching NaNs (allow_nan) count as 0 error
+    max_stat = get_statistic(name)
+    elem = max_stat.elements(m, ent.scale, cov, ent.dtype)
+    allowed = max_stat.allowed(m, c, ent.scale, cov, ent.dtype)
     worst = int(np.argmax(elem))
     values = {name: float(elem[worst])}
-    if "bias" in ent.statistics:
-        fin = ~m.nonfinite & np.isfinite(m.signed)
-        ms = float(m.signed[fin].mean()) if fin.any() else 0.0
-        ma = float(m.abs.mean()) if not m.nonfinite.any() else math.inf
-        values["bias"] = float(bias_score(ms, ma, m.n_elements))
+    for k in ent.statistics:
+        if k != name:
+            values[k] = get_statistic(k).value(m, ent.scale, cov, ent.dtype)
     thresholds = {k: ent.statistics[k].threshold for k in values}
     ratios = {}
     for k, v in values.items():
@@ -198,9 +183,9 @@ def _evaluate(m: ErrorMetrics, a: np.ndarray, e: np.ndarray, ent: ToleranceEntry
         probs[k], notes[k] = exceedance_probability(v, ent.statistics[k])
     shape = m.shape
     idx = tuple(int(i) for i in np.unravel_index(worst, shape)) if shape else ()
-    a64 = np.asarray(a, dtype=np.float64).ravel()
-    e64 = np.asarray(e, dtype=np.float64).ravel()
-    n_exc = int(np.sum(elem > c)) if name != "max_ulp" else int(np.sum(m.ulp > c))
+    a64 = np.asarray(actual, dtype=np.float64).ravel()
+    e64 = np.asarray(expected, dtype=np.float64).ravel()
+    n_exc = int(np.sum(elem > c))
     try:
         atol, rtol = ent.allclose(cov)
     except (ValueError, KeyError):
@@ -217,13 +202,11 @@ def _evaluate(m: ErrorMetrics, a: np.ndarray, e: np.ndarray, ent: ToleranceEntry
     )
 
 
-_DESCR = {
-    "max_abs": "max |actual - expected|",
-    "max_rel": "max |actual - expected| / max(|expected|, rel_floor)",
-    "max_ulp": "max ULP distance",
-    "max_score": "max |actual - expected| / s(|expected|) (normalised error)",
-    "bias": "sqrt(N)*|mean(actual - expected)| / mean|actual - expected| (bias)",
-}
+def _describe(name: str) -> str:
+    try:
+        return get_statistic(name).description
+    except ValueError:
+        return name
 
 
 def _fmt_p(p: float) -> str:
@@ -240,7 +223,7 @@ def _message(r: CheckResult) -> str:
         mark = "FAIL" if k in r.failed else "ok"
         lines.append(
             f"  [{mark}] {k} = {v:.6g} vs threshold {r.thresholds[k]:.6g} ({r.ratios[k]:.3g}x the threshold; "
-            f"{_DESCR.get(k, k)}; calibrated by {r.methods.get(k, '?')} on {r.n_calibration} runs)"
+            f"{_describe(k)}; calibrated by {r.methods.get(k, '?')} on {r.n_calibration} runs)"
         )
     if math.isfinite(r.atol):
         lines.append(f"  allowed per element: |actual - expected| <= atol + rtol*|expected| with "
@@ -270,6 +253,7 @@ def assert_close(
     covariates: Mapping[str, Any] | None = None,
     allow_nan: bool = False,
     msg: str | None = None,
+    hardware_policy: str | None = None,
 ) -> CheckResult:
     """Like :func:`check`, but raise ``AssertionError`` with an explanation on failure.
 
@@ -286,8 +270,9 @@ def assert_close(
     AssertionError
         The check failed.
     """
+    __tracebackhide__ = True  # pytest: show the caller's line and the message, not this frame
     r = check(actual, expected, op=op, dtype=dtype, table=table, hardware=hardware, covariates=covariates,
-              allow_nan=allow_nan)
+              allow_nan=allow_nan, hardware_policy=hardware_policy)
     if not r.passed:
         text = r.message()
         raise AssertionError(f"{msg}\n{text}" if msg else text)

@@ -35,10 +35,14 @@ import xarray as xr
 from scipy import stats
 from tqdm.auto import tqdm
 
+from ._eval_tolstat import tolstat_methods
+from ._method import Method
+from ._util import atomic_write, atomic_write_text
 from ._version import __version__
+from .bounds import NotEnoughData
 from .collect import from_pairs
-from .errors import concat
-from .metrics import ErrorMetrics, error_metrics, ulp_distance
+from .dataset import concat
+from .metrics import error_metrics, ulp_distance
 
 __all__ = [
     "Method",
@@ -61,31 +65,6 @@ TORCH_DEFAULTS: dict[str, tuple[float, float]] = {
 
 
 # --------------------------------------------------------------------------- methods
-class Method:
-    """A tolerance method: calibrate on correct runs, then flag checks.
-
-    Subclasses set ``name``, ``family`` (``"static"``, ``"study"``, ``"tolstat"``) and
-    ``budget`` (the promised false-positive rate per check, or None) and implement
-    :meth:`calibrate` and :meth:`score`.
-    """
-
-    name: str = "method"
-    family: str = "static"
-    budget: float | None = None
-
-    def calibrate(self, cal: xr.Dataset) -> None:
-        """Fit to the calibration error dataset (static methods ignore it)."""
-
-    def score(self, m: ErrorMetrics, *, op: str, dtype: str, actual: np.ndarray,
-              expected: np.ndarray, covariates: Mapping[str, float]) -> float:
-        """Check statistic as a fraction of the threshold: the check fails when > 1."""
-        raise NotImplementedError
-
-    def describe(self) -> str:
-        """One line: the rule."""
-        return self.name
-
-
 class AllClose(Method):
     """Static ``|d| <= atol + rtol*|ref|`` with one (atol, rtol) per dtype."""
 
@@ -138,10 +117,6 @@ def default_methods(fp_budget: float, confidence: float) -> list[Method]:
         AllClose("atol=rtol=1e-2", {d: (1e-2, 1e-2) for d in TORCH_DEFAULTS}),
         StudyRule(),
     ]
-    try:
-        from ._eval_tolstat import tolstat_methods
-    except ImportError:  # selection layer not available
-        return methods
     return methods + tolstat_methods(fp_budget, confidence)
 
 
@@ -201,11 +176,12 @@ def _pairs_for(op: str, dtype: str, n: int, seed: int, quick: bool) -> Iterable[
     spec = corpus.OPS[op]
     for case in corpus.cases(op, dtype, n=n, seed=seed, quick=quick):
         ref = corpus.run_reference(case, dtype)
+        mag = corpus.run_magnitude(case, dtype)  # operator-noise statistics (tolstat.noise)
         for vname, kern in spec.variants.items():
             out = corpus.run_kernel(kern, case, dtype)
             labels = {"variant": vname, "dist": case.labels.get("dist", ""),
                       "dims": case.labels.get("dims", "")}
-            yield out, ref, labels, dict(case.covariates)
+            yield out, ref, mag, labels, dict(case.covariates)
 
 
 def calibration_dataset(cfg: EvalConfig, *, progress: bool | None = None) -> xr.Dataset:
@@ -214,14 +190,15 @@ def calibration_dataset(cfg: EvalConfig, *, progress: bool | None = None) -> xr.
 
     ops = cfg.ops or sorted(corpus.OPS)
     parts = []
-    bar = tqdm(total=len(ops) * len(cfg.dtypes), desc="calibrate", disable=None if progress is None else not progress)
+    bar = tqdm(total=len(ops) * len(cfg.dtypes), desc="collect", disable=None if progress is None else not progress)
     for op in ops:
         for dt in cfg.dtypes:
             pairs = list(_pairs_for(op, dt, cfg.n_cal, cfg.seed, cfg.quick))
-            cov_keys = set.intersection(*(set(p[3]) for p in pairs))
-            pairs = [(a, e, lab, {k: c[k] for k in cov_keys}) for a, e, lab, c in pairs]
+            cov_keys = set.intersection(*(set(p[4]) for p in pairs))
+            pairs = [(a, e, m, lab, {k: c[k] for k in cov_keys}) for a, e, m, lab, c in pairs]
             parts.append(from_pairs(pairs, op=op, dtype=dt, hardware="cpu:tolstat-corpus",
-                                    seed=cfg.seed, sample_size=512, progress=False))
+                                    seed=cfg.seed, sample_size=512, progress=False,
+                                    rowwise=op in corpus.ROWWISE))
             bar.update(1)
     bar.close()
     # ops have different covariates (D for attention, N for norms): keep the union,
@@ -306,11 +283,7 @@ class EvalResult:
             "counts": {"controls": int((self.checks.kind == "control").sum()),
                        "buggy": int((self.checks.kind == "bug").sum())},
         }
-        p = Path(path)
-        tmp = p.with_name(f".{p.name}.tmp")
-        tmp.write_text(json.dumps(doc, indent=2, default=_json_default))
-        os.replace(tmp, p)
-        return p
+        return atomic_write_text(path, json.dumps(doc, indent=2, default=_json_default))
 
 
 def _json_default(o: Any) -> Any:
@@ -382,9 +355,7 @@ def _evaluate(cfg: EvalConfig, methods: Sequence[Method] | None, progress: bool 
     for m in list(methods):
         try:
             m.calibrate(cal)
-        except ValueError as exc:  # e.g. too few calibration runs for the budget
-            if m.family != "tolstat":
-                raise
+        except NotEnoughData as exc:  # too few calibration runs for the budget
             skipped[m.name] = str(exc)
             methods.remove(m)
             print(f"tolstat evaluate: skipping {m.name!r}: {exc}", file=sys.stderr, flush=True)
@@ -495,11 +466,7 @@ def write_outputs(result: EvalResult, out_dir: str | os.PathLike[str], *, plots:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written = [result.to_json(out / "results.json")]
-    checks_path = out / "checks.nc"
-    tmp = out / ".checks.nc.tmp"
-    result.checks.to_netcdf(tmp, engine="h5netcdf")
-    os.replace(tmp, checks_path)
-    written.append(checks_path)
+    written.append(atomic_write(out / "checks.nc", lambda tmp: result.checks.to_netcdf(tmp, engine="h5netcdf")))
     written.append(save(result.calibration, out / "calibration.nc"))
     if plots:
         from .plots import plot_evaluation

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import os
-import shutil
-import uuid
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 import xarray as xr
 
-from .errors import GROUP_DIMS, validate
+from ._util import atomic_write
+from .dataset import GROUP_DIMS, validate
 
 __all__ = ["save", "open_errors", "format_for"]
 
@@ -50,25 +49,6 @@ def _plain(ds: xr.Dataset) -> xr.Dataset:
     return ds
 
 
-def _replace(tmp: Path, dest: Path) -> None:
-    """Move ``tmp`` onto ``dest``; for directories keep the old one until the new is in place."""
-    if tmp.is_dir():
-        old = None
-        if dest.exists():
-            old = dest.with_name(f".{dest.name}.old-{uuid.uuid4().hex[:8]}")
-            os.replace(dest, old)
-        try:
-            os.replace(tmp, dest)
-        except BaseException:
-            if old is not None:
-                os.replace(old, dest)
-            raise
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, dest)
-
-
 def save(ds: xr.Dataset, path: str | os.PathLike[str], *, encoding: Mapping[str, Any] | None = None) -> Path:
     """Write an error dataset to ``path`` atomically (netCDF or zarr, by extension).
 
@@ -95,8 +75,8 @@ def save(ds: xr.Dataset, path: str | os.PathLike[str], *, encoding: Mapping[str,
     ds = validate(_plain(ds), deep=False)
     if not dest.parent.exists():
         raise FileNotFoundError(f"directory {os.fspath(dest.parent)!r} does not exist")
-    tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}")
-    try:
+
+    def write(tmp: Path) -> None:
         if fmt == "netcdf":
             ds.to_netcdf(tmp, engine="h5netcdf", encoding=dict(encoding or {}))
             with open(tmp, "rb+") as fh:
@@ -104,14 +84,8 @@ def save(ds: xr.Dataset, path: str | os.PathLike[str], *, encoding: Mapping[str,
         else:
             ds.to_zarr(tmp, mode="w", encoding=dict(encoding or {}), consolidated=True,
                        write_empty_chunks=True, zarr_format=2)
-        _replace(tmp, dest)
-    except BaseException:
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        elif tmp.exists():
-            tmp.unlink()
-        raise
-    return dest
+
+    return atomic_write(dest, write)
 
 
 def _check_zarr_complete(path: Path) -> None:

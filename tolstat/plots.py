@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .evaluate import EvalResult
+from ._util import atomic_write
+
+# ``result`` arguments are :class:`tolstat.evaluate.EvalResult` objects; they are typed
+# ``Any`` because evaluate imports this module (one-way flow).
+EvalResult = Any
 
 __all__ = ["plot_evaluation", "plot_recall_fp", "plot_error_histograms"]
 
@@ -26,10 +29,7 @@ def _pyplot() -> Any:
 
 
 def _save(fig: Any, path: Path) -> Path:
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    os.replace(tmp, path)
-    return path
+    return atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight"))
 
 
 def plot_recall_fp(result: "EvalResult", path: str | os.PathLike[str]) -> Path:

@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ._util import atomic_write_text
+
 __all__ = ["write_report", "markdown_report"]
 
 
@@ -82,8 +84,4 @@ def write_report(results_dir: str | os.PathLike[str]) -> Path:
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"{os.fspath(src)!r} is not a tolstat evaluation result: {exc}") from exc
     plots = sorted(p.name for p in d.glob("*.png"))
-    out = d / "report.md"
-    tmp = d / ".report.md.tmp"
-    tmp.write_text(markdown_report(doc, plots))
-    os.replace(tmp, out)
-    return out
+    return atomic_write_text(d / "report.md", markdown_report(doc, plots))

@@ -11,9 +11,9 @@ and :func:`tolstat.select` calibrates a threshold ``c`` of the score to the
 false-positive budget. Because every model here is non-decreasing in ``|ref|``, the score
 increases with ``|d|`` and does not increase with ``|ref|``; its run maximum is therefore
 attained on the run's (largest ``|d|``, smallest ``|ref|``) Pareto front, which the error
-dataset keeps in its element sample (``errors.pareto_frontier``). Within a run every
+dataset keeps in its element sample (``dataset.pareto_frontier``). Within a run every
 model here is affine in ``|ref|`` (``A + B*|ref|``, ``A, B >= 0``), so the maximum is even
-attained on the front's upper convex hull (``errors.upper_hull``), which the sample keeps
+attained on the front's upper convex hull (``dataset.upper_hull``), which the sample keeps
 when the front itself is too long. Run scores computed from the stored sample are thus
 *exact*, not estimates.
 
@@ -46,10 +46,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ._dtypes import target_dtype
+from ._util import unit_interval
+from .statistics import MAX_STATISTICS, RUN_BLOCK, RunScores, bias_score, run_blocks, sample_mask
+from .statistics import get as get_statistic
 
 __all__ = [
     "FORMS",
     "ScaleModel",
+    "ScaleOptions",
     "quantreg",
     "quantreg_lp",
     "fit_allclose",
@@ -57,6 +61,8 @@ __all__ = [
     "run_scores",
     "bias_scores",
     "bias_score",
+    "RunScores",
+    "RUN_BLOCK",
 ]
 
 #: Supported noise-scale forms (``None`` = plain statistic, no scale model).
@@ -213,6 +219,60 @@ def _need(cov: Mapping[str, Any], name: str) -> Any:
     return cov[name]
 
 
+@dataclass(frozen=True)
+class ScaleOptions:
+    """Settings of the noise-scale fit used by :func:`tolstat.select` with a ``form``.
+
+    Attributes
+    ----------
+    quantile : float, default 0.99
+        Element-error quantile the scale model is fitted at (only its shape matters).
+    size_covariate : str, optional
+        ``size_aware``: the size covariate (default ``"K"``, else ``"n_elements"``).
+    linear, power : tuple of str
+        ``normalised``: additive (default ``("ref_rms",)``) and power-law run covariates.
+    baseline : str, default "baseline_max_abs"
+        ``baseline``: covariate holding the same-precision baseline's max error.
+    floor : float, default 1.0
+        ``baseline``: floor ``floor * eps * ref_rms`` used when the baseline error is 0.
+    solver : {"statsmodels", "lp"}
+        Quantile regression solver.
+    max_points : int, default 20000
+        Element samples used by the quantile regression.
+    """
+
+    quantile: float = 0.99
+    size_covariate: str | None = None
+    linear: tuple[str, ...] = ("ref_rms",)
+    power: tuple[str, ...] = ()
+    baseline: str = "baseline_max_abs"
+    floor: float = 1.0
+    solver: str = "statsmodels"
+    max_points: int = 20000
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "linear", tuple(self.linear))
+        object.__setattr__(self, "power", tuple(self.power))
+        unit_interval("ScaleOptions.quantile", self.quantile)
+        if self.solver not in ("statsmodels", "lp"):
+            raise ValueError(f"solver must be 'statsmodels' or 'lp', got {self.solver!r}")
+
+    def fit(self, ds: Any, form: str, *, seed: int = 0) -> "ScaleModel":
+        """:func:`fit_scale` of one group with these settings."""
+        normalised = form == "normalised"
+        return fit_scale(ds, form, quantile=self.quantile, size_covariate=self.size_covariate,
+                         linear=self.linear if normalised else (), power=self.power if normalised else (),
+                         baseline=self.baseline, floor=self.floor, max_points=self.max_points,
+                         solver=self.solver, seed=seed)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Provenance form, with the keyword names :func:`tolstat.select` used to take."""
+        return {"scale_quantile": self.quantile, "size_covariate": self.size_covariate,
+                "linear_covariates": list(self.linear), "power_covariates": list(self.power),
+                "baseline": self.baseline, "baseline_floor": self.floor, "solver": self.solver,
+                "max_points": self.max_points}
+
+
 # --------------------------------------------------------------------------- quantile regression
 def quantreg(y: Any, X: Any, q: float, *, max_iter: int = 2000) -> np.ndarray:
     """Linear quantile regression coefficients by statsmodels ``QuantReg``.
@@ -327,19 +387,6 @@ def fit_allclose(
     return coef, names, "; ".join(notes)
 
 
-def _pad_valid(ds_sample: np.ndarray, n_sample: np.ndarray) -> np.ndarray:
-    mask = np.arange(ds_sample.shape[1])[None, :] < n_sample[:, None]
-    return mask
-
-
-#: runs read at a time from the element samples (bounded memory on dask-backed data)
-RUN_BLOCK = 2048
-
-
-def _run_blocks(n: int, block: int = RUN_BLOCK) -> list[slice]:
-    return [slice(i, min(i + block, n)) for i in range(0, n, block)]
-
-
 def _element_subsample(ds: Any, max_points: int, rng: np.random.Generator
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Flat (abs, ref, run index) of about ``max_points`` valid elements, spread over runs.
@@ -353,7 +400,7 @@ def _element_subsample(ds: Any, max_points: int, rng: np.random.Generator
     total = int(ns.sum())
     take_all = total <= max_points
     out_a, out_r, out_rows = [], [], []
-    for sl in _run_blocks(ns.size):
+    for sl in run_blocks(ns.size):
         nb = ns[sl]
         valid_b = int(nb.sum())
         if valid_b == 0:
@@ -363,7 +410,7 @@ def _element_subsample(ds: Any, max_points: int, rng: np.random.Generator
             continue
         abs_s = np.asarray(ds["sample_abs"].isel(run=sl).values, dtype=np.float64)
         ref_s = np.asarray(ds["sample_ref"].isel(run=sl).values, dtype=np.float64)
-        rows, cols = np.nonzero(_pad_valid(abs_s, nb))
+        rows, cols = np.nonzero(sample_mask(abs_s, nb))
         if rows.size > want:
             pick = np.sort(rng.choice(rows.size, size=want, replace=False))
             rows, cols = rows[pick], cols[pick]
@@ -424,8 +471,10 @@ def fit_scale(
     """
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
-    if not 0 < quantile < 1:
-        raise ValueError(f"quantile must lie in (0, 1), got {quantile}")
+    unit_interval("quantile", quantile)
+    if form != "normalised" and (tuple(linear) or tuple(power)):
+        raise ValueError(f"linear/power covariates are chosen by the normalised form only; form={form!r} got "
+                         f"linear={tuple(linear)!r}, power={tuple(power)!r}")
     dtype = str(ds["dtype"].values[0])
     eps = target_dtype(dtype).eps
     if form == "baseline":
@@ -439,20 +488,35 @@ def fit_scale(
         coef, _, notes = fit_allclose(a, r, quantile, solver=solver)
         return ScaleModel("allclose", atol=float(coef[0]), rtol=float(coef[1]), quantile=quantile, notes=notes)
     if form == "size_aware":
-        if size_covariate is None:
-            size_covariate = "K" if "K" in ds else "n_elements"
-        power = (size_covariate,)
-        linear = ("ref_rms",)  # the run's magnitude: reductions err with the operands, not the output
-        unit = eps
+        size = size_covariate if size_covariate is not None else ("K" if "K" in ds else "n_elements")
+        # the run's magnitude: reductions err with the operands, not the output
+        power_names, linear_names, unit = (size,), ("ref_rms",), eps
     else:
-        unit = 1.0
-    power = tuple(power)
-    linear = tuple(linear)
-    for name in power + linear:
+        power_names, linear_names, unit = tuple(power), tuple(linear), 1.0
+    for name in power_names + linear_names:
         if name not in ds:
             raise ValueError(f"covariate {name!r} is not in the dataset (have {_covs(ds)})")
+    pw, notes = _fit_power(ds, power_names, solver)
+    extra = {k: np.asarray(ds[k].values, dtype=np.float64)[rows] for k in linear_names}
+    mult = np.ones(a.size)
+    for k, (beta, ref) in pw.items():
+        mult = mult * (np.asarray(ds[k].values, dtype=np.float64)[rows] / ref) ** beta
+    coef, names, n2 = fit_allclose(a / (unit * mult), r, quantile, extra=extra, solver=solver)
+    if n2:
+        notes.append(n2)
+    lin = {k: float(coef[2 + j]) for j, k in enumerate(linear_names)}
+    return ScaleModel(form, atol=float(coef[0]), rtol=float(coef[1]), unit=unit, linear=lin, power=pw,
+                      quantile=quantile, notes="; ".join(notes))
+
+
+def _fit_power(ds: Any, power: tuple[str, ...], solver: str) -> tuple[dict[str, tuple[float, float]], list[str]]:
+    """Exponents and reference values of the power covariates, and notes.
+
+    The exponents come from a median log-linear quantile regression of the run's
+    ``log max_abs`` on ``log ref_rms`` and the log covariates.
+    """
     pw: dict[str, tuple[float, float]] = {}
-    notes = []
+    notes: list[str] = []
     if power:
         P = {k: np.asarray(ds[k].values, dtype=np.float64) for k in power}
         for k, v in P.items():
@@ -476,18 +540,7 @@ def fit_scale(
         else:
             notes.append("size covariates do not vary (or all errors are 0): exponents set to 0")
         pw = {k: (betas[k], refs[k]) for k in power}
-    extra = {}
-    for k in linear:
-        extra[k] = np.asarray(ds[k].values, dtype=np.float64)[rows]
-    mult = np.ones(a.size)
-    for k, (beta, ref) in pw.items():
-        mult = mult * (np.asarray(ds[k].values, dtype=np.float64)[rows] / ref) ** beta
-    coef, names, n2 = fit_allclose(a / (unit * mult), r, quantile, extra=extra, solver=solver)
-    if n2:
-        notes.append(n2)
-    lin = {k: float(coef[2 + j]) for j, k in enumerate(linear)}
-    return ScaleModel(form, atol=float(coef[0]), rtol=float(coef[1]), unit=unit, linear=lin, power=pw,
-                      quantile=quantile, notes="; ".join(notes))
+    return pw, notes
 
 
 def _covs(ds: Any) -> list[str]:
@@ -504,67 +557,29 @@ def run_covariates(ds: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
     return out
 
 
-def run_scores(ds: Any, model: ScaleModel | None, statistic: str = "max_abs") -> tuple[np.ndarray, int]:
-    """Per-run check statistic of the runs of a dataset.
+def run_scores(ds: Any, model: ScaleModel | None, statistic: str = "max_abs") -> RunScores:
+    """Per-run check statistic of the runs of a dataset (:mod:`tolstat.statistics`).
 
     With ``model=None`` the plain run statistic (``max_abs``, ``max_ulp`` or
     ``max_rel``) is returned. Otherwise the normalised score
-    ``max_i |d_i| / s(|ref_i|, covariates)`` is computed from the element sample; it is
-    exact (equal to the maximum over the whole output): ``s`` is affine in ``|ref|``
-    within a run and the sample keeps the front or its upper convex hull (module
-    docstring).
+    ``max_i |d_i| / s(|ref_i|, covariates)`` (``max_score``) is computed from the
+    element sample; it is exact (equal to the maximum over the whole output): ``s`` is
+    affine in ``|ref|`` within a run and the sample keeps the front or its upper convex
+    hull (module docstring).
 
     Returns
     -------
-    scores : ndarray
-        One per run (``inf`` for runs with non-finite output).
-    n_inexact : int
-        Runs whose score may be a lower bound: those with a truncated front whose
-        sample could not hold the whole convex hull (none in datasets written by
-        this version of tolstat; kept for datasets from elsewhere).
+    RunScores
+        ``scores`` (one per run, ``inf`` for runs with non-finite output) and
+        ``n_inexact`` (runs whose score may be a lower bound); unpacks as a pair.
     """
     if model is None:
-        if statistic not in ("max_abs", "max_ulp", "max_rel"):
+        if statistic not in MAX_STATISTICS:
             raise ValueError(f"unknown statistic {statistic!r}")
-        return np.asarray(ds[statistic].values, dtype=np.float64), 0
-    ns = np.asarray(ds["n_sample"].values)
-    cov = run_covariates(ds, model.covariates)
-    dtype = str(ds["dtype"].values[0])
-    out = np.empty(ns.size, dtype=np.float64)
-    for sl in _run_blocks(ns.size):  # bounded memory on dask-backed data
-        abs_s = np.asarray(ds["sample_abs"].isel(run=sl).values, dtype=np.float64)
-        ref_s = np.asarray(ds["sample_ref"].isel(run=sl).values, dtype=np.float64)
-        mask = _pad_valid(abs_s, ns[sl])
-        s = model.scale(ref_s, {k: v[sl] for k, v in cov.items()}, dtype=dtype)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            sc = np.where(mask, abs_s / s, -np.inf)
-        out[sl] = np.max(sc, axis=1) if sc.shape[1] else -np.inf
-    out = np.where(np.asarray(ds["n_nonfinite"].values) > 0, np.inf, out)
-    out = np.maximum(out, 0.0)
-    nel = np.asarray(ds["n_elements"].values)
-    nf = np.asarray(ds["n_frontier"].values)
-    # a truncated front keeps its hull (at most the whole sample): exact unless the
-    # sample is entirely front points, where the hull may not have fitted
-    inexact = (nel > ns) & (nf > ns // 2) & (nf >= ns)
-    return out, int(inexact.sum())
-
-
-def bias_score(mean_signed: Any, mean_abs: Any, n_elements: Any) -> np.ndarray:
-    """Self-normalised bias statistic ``sqrt(N) * |mean(d)| / mean(|d|)``.
-
-    For independent zero-mean element errors it is O(1) whatever the error magnitude;
-    a systematic error (wrong epsilon, wrong scale, a missing rounding step) drives it
-    towards ``sqrt(N)`` even when every element stays under the max-error threshold.
-    0 when all errors are 0; ``inf`` for non-finite errors.
-    """
-    ms = np.abs(np.asarray(mean_signed, dtype=np.float64))
-    ma = np.asarray(mean_abs, dtype=np.float64)
-    n = np.asarray(n_elements, dtype=np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = np.where(ma > 0, np.sqrt(n) * ms / np.where(ma > 0, ma, 1.0), 0.0)
-    return np.where(np.isfinite(ma), out, np.inf)
+        return get_statistic(statistic).run_scores(ds)
+    return get_statistic("max_score").run_scores(ds, model)
 
 
 def bias_scores(ds: Any) -> np.ndarray:
     """:func:`bias_score` of every run of an error dataset."""
-    return bias_score(ds["mean_signed"].values, ds["mean_abs"].values, ds["n_elements"].values)
+    return get_statistic("bias").run_scores(ds).scores

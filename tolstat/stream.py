@@ -16,7 +16,7 @@ the collection's arguments (attribute ``manifest``) and ``done.log``: one JSON l
 completed run with its string labels, appended (and fsync'ed) only after all of the run's
 arrays are written. A run is done exactly when its line is in the log. When all runs are
 done the store is *finalized*: string labels are written from the log, the ``sample``
-dimension is trimmed as :func:`tolstat.errors.build_dataset` trims it, provenance is set
+dimension is trimmed as :func:`tolstat.dataset.build_dataset` trims it, provenance is set
 and the metadata consolidated; the result opens with :func:`tolstat.open_errors` and
 equals ``tolstat.collect(...)`` with the same arguments except for provenance.
 
@@ -29,23 +29,24 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import fcntl
 import json
 import os
 import shutil
 import uuid
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import xarray as xr
+from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
 from ._dtypes import canonical_dtype
 from ._version import __version__
-from .collect import _as_inputs, _merged, _name, _provenance, _record, hardware_fingerprint
-from .errors import DEFAULT_SAMPLE_SIZE, RUN_STATS, SAMPLE_VARS, RunRecord, build_dataset, _label_value
+from ._runs import _as_inputs, _merged, _name, _provenance, _record, hardware_fingerprint
+from .dataset import BUILTIN_COVARIATES, DEFAULT_SAMPLE_SIZE, RUN_STATS, SAMPLE_VARS, RunRecord, build_dataset, _label_value
 from .io import open_errors
 
 __all__ = ["collect_to_store", "open_store", "store_progress", "StoreProgress"]
@@ -59,8 +60,26 @@ IDENTITY = ("op", "dtype", "seed", "runs", "hardware", "labels", "covariates", "
 STRING_LABELS = ("op", "dtype", "hardware", "platform", "shape")
 
 
-class StoreProgress(dict):
-    """State of a streaming store: ``runs``, ``done`` (sorted run indices), ``complete``."""
+@dataclass(frozen=True)
+class StoreProgress:
+    """State of a streaming store.
+
+    Attributes
+    ----------
+    runs : int
+        Runs the collection asks for.
+    done : list of int
+        Completed run indices, sorted.
+    complete : bool
+        The store is finished.
+    manifest : dict
+        The store's manifest (the arguments it was made with).
+    """
+
+    runs: int
+    done: list[int]
+    complete: bool
+    manifest: dict[str, Any] = field(default_factory=dict)
 
 
 def _manifest(*, op: str, dtype: str, seed: int, runs: int, hardware: str,
@@ -84,18 +103,20 @@ def _manifest(*, op: str, dtype: str, seed: int, runs: int, hardware: str,
 
 @contextlib.contextmanager
 def _locked(store: Path) -> Iterator[None]:
+    """Hold the store's lock file (portable: ``filelock`` uses ``flock`` on POSIX and
+    ``msvcrt`` on Windows); fail at once if another process holds it."""
     lock = store.with_name(f".{store.name}.lock")
-    with open(lock, "a+") as fh:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(
-                f"{os.fspath(store)!r} is being written by another process (lock {os.fspath(lock)!r})"
-            ) from None
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    try:
+        held = FileLock(os.fspath(lock), timeout=0, thread_local=False, is_singleton=False)
+        held.acquire()
+    except Timeout:
+        raise RuntimeError(
+            f"{os.fspath(store)!r} is being written by another process (lock {os.fspath(lock)!r})"
+        ) from None
+    try:
+        yield
+    finally:
+        held.release()
 
 
 def _zarr_group(path: Path, mode: str = "r+") -> Any:
@@ -324,20 +345,7 @@ def collect_to_store(
     RuntimeError
         Another process is writing the same store.
     """
-    if not isinstance(runs, (int, np.integer)) or runs < 1:
-        raise ValueError(f"runs must be a positive integer, got {runs!r}")
-    for nm, f in (("kernel", kernel), ("reference", reference), ("make_inputs", make_inputs)):
-        if not callable(f):
-            raise TypeError(f"{nm} must be callable, got {type(f).__name__}")
-    if sample_size < 1:
-        raise ValueError(f"sample_size must be >= 1, got {sample_size}")
-    if chunk_runs < 1:
-        raise ValueError(f"chunk_runs must be >= 1, got {chunk_runs}")
-    path = Path(store)
-    if path.suffix.lower() != ".zarr":
-        raise ValueError(f"store must be a zarr directory ending in '.zarr', got {os.fspath(path)!r}")
-    if not path.parent.exists():
-        raise FileNotFoundError(f"directory {os.fspath(path.parent)!r} does not exist")
+    path = _check_store_args(kernel, reference, make_inputs, runs, store, sample_size, chunk_runs)
     dt = canonical_dtype(dtype)
     hw_label, plat = hardware_fingerprint()
     hw = hw_label if hardware is None else str(hardware)
@@ -358,48 +366,79 @@ def collect_to_store(
                        rel_floor=rel_floor, allow_nan=allow_nan, rng=rng)
 
     with _locked(path):
-        if overwrite and path.exists():
-            shutil.rmtree(path)
-        first: RunRecord | None = None
-        if path.exists():
-            old = _read_manifest(path)
-            diff = [f"{key}: store has {old.get(key)!r}, call has {manifest[key]!r}"
-                    for key in IDENTITY if old.get(key) != manifest[key]]
-            if diff:
-                raise ValueError(
-                    f"store {os.fspath(path)!r} was made with different arguments; resuming "
-                    "would mix collections. Use another store or overwrite=True. Differences: "
-                    + "; ".join(diff)
-                )
-            manifest = old
-            _clean_partials(path)
-        else:
-            first = measure(0)
-            _create_store(path, first, manifest)
+        manifest, first = _open_or_create(path, manifest, overwrite, measure)
         log = _read_log(path)
         if not manifest.get("complete"):
             todo = [i for i in range(runs) if i not in log]
             if todo:
-                g = _zarr_group(path)
-                arrays = _arrays(g)
-                label_keys = [x for x in str(g.attrs.get("labels", "")).split(",") if x]
-                cov_keys = [x for x in str(g.attrs.get("covariates", "")).split(",") if x
-                            and x not in ("ref_max_abs", "ref_rms", "n_elements")]
-                size = int(manifest["sample_size"])
                 disable = None if progress is None else not progress
-                for i in tqdm(todo, desc=f"collect {op}/{dt} -> {path.name}", disable=disable,
-                              leave=False):
-                    rec = first if (i == 0 and first is not None) else measure(i)
-                    _write_run(arrays, i, rec, size, label_keys, cov_keys)
-                    lab = _string_labels(rec)
-                    _append_log(path, i, lab)
-                    log[i] = lab
+                bar = tqdm(todo, desc=f"collect {op}/{dt} -> {path.name}", disable=disable, leave=False)
+                _write_runs(path, manifest, log, bar, first, measure)
             _finalize(path, manifest, log)
     return open_errors(path, chunks=chunks)
 
 
+def _check_store_args(kernel: Any, reference: Any, make_inputs: Any, runs: Any, store: Any,
+                      sample_size: int, chunk_runs: int) -> Path:
+    """Validate the arguments of :func:`collect_to_store`; the store path."""
+    if not isinstance(runs, (int, np.integer)) or runs < 1:
+        raise ValueError(f"runs must be a positive integer, got {runs!r}")
+    for nm, f in (("kernel", kernel), ("reference", reference), ("make_inputs", make_inputs)):
+        if not callable(f):
+            raise TypeError(f"{nm} must be callable, got {type(f).__name__}")
+    if sample_size < 1:
+        raise ValueError(f"sample_size must be >= 1, got {sample_size}")
+    if chunk_runs < 1:
+        raise ValueError(f"chunk_runs must be >= 1, got {chunk_runs}")
+    path = Path(store)
+    if path.suffix.lower() != ".zarr":
+        raise ValueError(f"store must be a zarr directory ending in '.zarr', got {os.fspath(path)!r}")
+    if not path.parent.exists():
+        raise FileNotFoundError(f"directory {os.fspath(path.parent)!r} does not exist")
+    return path
+
+
+def _open_or_create(path: Path, manifest: dict[str, Any], overwrite: bool,
+                    measure: Callable[[int], RunRecord]) -> tuple[dict[str, Any], RunRecord | None]:
+    """Resume a store made with the same arguments, or create it from run 0 (returned)."""
+    if overwrite and path.exists():
+        shutil.rmtree(path)
+    if path.exists():
+        old = _read_manifest(path)
+        diff = [f"{key}: store has {old.get(key)!r}, call has {manifest[key]!r}"
+                for key in IDENTITY if old.get(key) != manifest[key]]
+        if diff:
+            raise ValueError(
+                f"store {os.fspath(path)!r} was made with different arguments; resuming "
+                "would mix collections. Use another store or overwrite=True. Differences: "
+                + "; ".join(diff)
+            )
+        _clean_partials(path)
+        return old, None
+    first = measure(0)
+    _create_store(path, first, manifest)
+    return manifest, first
+
+
+def _write_runs(path: Path, manifest: Mapping[str, Any], log: dict[int, dict[str, str]], todo: Any,
+                first: RunRecord | None, measure: Callable[[int], RunRecord]) -> None:
+    """Measure and write the runs ``todo`` (run 0 may already be measured: ``first``)."""
+    g = _zarr_group(path)
+    arrays = _arrays(g)
+    label_keys = [x for x in str(g.attrs.get("labels", "")).split(",") if x]
+    cov_keys = [x for x in str(g.attrs.get("covariates", "")).split(",") if x
+                and x not in BUILTIN_COVARIATES]
+    size = int(manifest["sample_size"])
+    for i in todo:
+        rec = first if (i == 0 and first is not None) else measure(i)
+        _write_run(arrays, i, rec, size, label_keys, cov_keys)
+        lab = _string_labels(rec)
+        _append_log(path, i, lab)
+        log[i] = lab
+
+
 def store_progress(store: str | os.PathLike[str]) -> StoreProgress:
-    """How far a streaming collection got: ``{"runs", "done", "complete", "manifest"}``."""
+    """How far a streaming collection got (:class:`StoreProgress`)."""
     path = Path(store)
     if not path.exists():
         raise FileNotFoundError(f"no store at {os.fspath(path)!r}")
@@ -429,24 +468,24 @@ def open_store(store: str | os.PathLike[str], *, chunks: Any = None, partial: bo
     """
     prog = store_progress(store)
     path = Path(store)
-    if prog["complete"]:
+    if prog.complete:
         return open_errors(path, chunks=chunks)
     if not partial:
         raise ValueError(
-            f"collection in {os.fspath(path)!r} is unfinished ({len(prog['done'])} of "
-            f"{prog['runs']} runs done): re-run collect_to_store with the same arguments to "
+            f"collection in {os.fspath(path)!r} is unfinished ({len(prog.done)} of "
+            f"{prog.runs} runs done): re-run collect_to_store with the same arguments to "
             "finish it, or pass partial=True"
         )
-    if not prog["done"]:
+    if not prog.done:
         raise ValueError(f"no run of {os.fspath(path)!r} is done yet")
     log = _read_log(path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ds = xr.open_dataset(path, engine="zarr", consolidated=False, chunks=chunks)
-    done = np.asarray(prog["done"])
+    done = np.asarray(prog.done)
     ds = ds.isel(run=done)
     names = list(STRING_LABELS) + [x for x in str(ds.attrs.get("labels", "")).split(",") if x]
     ds = ds.assign_coords({n: ("run", np.array([log[int(i)][n] for i in done], dtype=str)) for n in names})
-    k = min(int(prog["manifest"]["sample_size"]), max(int(ds["n_sample"].max()), 1))
+    k = min(int(prog.manifest["sample_size"]), max(int(ds["n_sample"].max()), 1))
     ds = ds.isel(sample=slice(0, k))
     return ds if chunks is not None else ds.load()

@@ -7,11 +7,12 @@ One module per family, each a set of numba kernels on plain numpy arrays
 * :mod:`.orderstat` — distribution-free order-statistic and split-conformal bounds;
 * :mod:`.evt` — peaks over threshold (GPD) and block maxima (GEV);
 * :mod:`.bootstrap` — percentile / BCa upper bounds of a quantile or return level;
+* :mod:`.tail` — exact, mergeable group top-k of large (dask-backed) error tables;
 
 and :func:`fit`, which applies them per (op, dtype, hardware) group of an error dataset.
 """
 
-from ._apply import METHODS, STATISTICS, fit, group_values
+from ._apply import FIT_STATISTICS, METHODS, fit, group_values
 from .bootstrap import (
     BootstrapResult,
     bootstrap_quantile_bound,
@@ -42,12 +43,13 @@ from .orderstat import (
     order_statistic_rank,
 )
 from .quantile import kth_smallest_groups, quantile, quantile_groups, topk, topk_groups
+from .tail import group_topk, topk_order_statistic_bound, topk_order_statistic_rank, upper_quantile
 
 __all__ = [
     "fit",
     "group_values",
     "METHODS",
-    "STATISTICS",
+    "FIT_STATISTICS",
     "quantile",
     "quantile_groups",
     "kth_smallest_groups",
@@ -76,4 +78,8 @@ __all__ = [
     "bootstrap_quantile_distribution",
     "bootstrap_return_level_bound",
     "jackknife_quantile",
+    "group_topk",
+    "upper_quantile",
+    "topk_order_statistic_rank",
+    "topk_order_statistic_bound",
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numba
@@ -12,17 +13,20 @@ import xarray as xr
 from numba import njit, prange
 
 from .._version import __version__
+from .._util import group_rows
+from ..dataset import GROUP_DIMS
 from . import bootstrap as _bs
 from . import evt as _evt
 from . import orderstat as _os
 from . import quantile as _q
 
-__all__ = ["fit", "group_values", "METHODS", "STATISTICS"]
+__all__ = ["fit", "group_values", "METHODS", "FIT_STATISTICS"]
 
-GROUP_DIMS = ("op", "dtype", "hardware")
 RUN_STATISTICS = ("max_abs", "max_ulp", "max_rel", "mean_abs")
 SAMPLE_STATISTICS = ("sample_abs", "sample_ulp", "sample_rel")
-STATISTICS = RUN_STATISTICS + SAMPLE_STATISTICS
+#: error values :func:`fit` can model (run-level and element samples); the check
+#: statistics of a tolerance table are :data:`tolstat.statistics.STATISTICS`
+FIT_STATISTICS = RUN_STATISTICS + SAMPLE_STATISTICS
 METHODS = ("empirical", "order_statistic", "conformal", "gpd", "gev", "bootstrap")
 
 
@@ -97,8 +101,8 @@ def group_values(errors: xr.Dataset, statistic: str = "max_abs") -> tuple[xr.Dat
     present : DataArray of bool (op, dtype, hardware)
         Whether the group has runs in the dataset (absent groups are all NaN).
     """
-    if statistic not in STATISTICS:
-        raise ValueError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
+    if statistic not in FIT_STATISTICS:
+        raise ValueError(f"statistic must be one of {FIT_STATISTICS}, got {statistic!r}")
     for d in GROUP_DIMS:
         if d not in errors.coords and d not in errors:
             raise ValueError(f"error dataset has no {d!r} label along 'run'")
@@ -125,10 +129,8 @@ def group_values(errors: xr.Dataset, statistic: str = "max_abs") -> tuple[xr.Dat
     if vals.shape[0] and _count_negative(vals.reshape(-1)) > 0:
         raise ValueError(f"{statistic} has negative values; error metrics must be nonnegative")
 
-    labels = [np.asarray(errors[d].values).astype(str) for d in GROUP_DIMS]
-    uniq, codes = zip(*(np.unique(lab, return_inverse=True) for lab in labels))
-    shape = tuple(len(u) for u in uniq)
-    gid = np.ravel_multi_index(codes, shape) if vals.shape[0] else np.zeros(0, np.int64)
+    groups = group_rows([np.asarray(errors[d].values).astype(str) for d in GROUP_DIMS])
+    uniq, shape, gid = groups.levels, groups.shape, groups.flat
     G = int(np.prod(shape))
     counts = np.bincount(gid, minlength=G)
     present = counts > 0
@@ -214,150 +216,25 @@ def fit(errors: xr.Dataset, *, method: str, statistic: str = "max_abs", chunks: 
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     da, present = group_values(errors, statistic)
-    opts = dict(options)
-    known = {
-        "empirical": {"p": 0.99, "quantile_method": "linear"},
-        "order_statistic": {"p": 0.99, "confidence": 0.95},
-        "conformal": {"alpha": 0.01},
-        "gpd": {"q": 1e-6, "tail_fraction": 0.1, "min_exceedances": 30},
-        "gev": {"q": 0.01, "block_size": 1},
-        "bootstrap": {"target": "quantile", "p": 0.99, "q": 1e-6, "confidence": 0.95, "n_resamples": 1000,
-                      "interval": "bca", "seed": 0, "resampling": "parametric", "tail_fraction": 0.1,
-                      "min_exceedances": 30, "quantile_method": "linear"},
-    }[method]
-    unknown = set(opts) - set(known)
+    known = _DEFAULTS[method]
+    unknown = set(options) - set(known)
     if unknown:
         raise ValueError(f"unknown option(s) {sorted(unknown)} for method {method!r}; known: {sorted(known)}")
-    settings = {**known, **opts}
-
+    settings = {**known, **options}
     if chunks is not None:
         bad = set(chunks) - set(GROUP_DIMS)
         if bad:
             raise ValueError(f"chunk only along {GROUP_DIMS} (never along obs), got {sorted(bad)}")
         da = da.chunk({**chunks, "obs": -1})
-
     # counts are cheap and needed for validation
     n = _n_valid(np.asarray(da.data if chunks is None else da.values))
-    n_da = xr.DataArray(n.astype(np.int64), dims=GROUP_DIMS, coords=present.coords)
     empty = present.values & (n == 0)
     if empty.any():
         raise ValueError(f"group ({_group_name(present, int(np.flatnonzero(empty.ravel())[0]))}) exists "
                          f"but has no valid {statistic} values (empty or all NaN)")
-
-    def apply(fn, out_core, sizes=None, args=()):
-        return xr.apply_ufunc(
-            _flat(fn), da, *args,
-            input_core_dims=[["obs"]] + [[] for _ in args],
-            output_core_dims=out_core,
-            dask="parallelized",
-            output_dtypes=[np.float64] * len(out_core),
-            dask_gufunc_kwargs={"output_sizes": sizes or {}},
-        )
-
-    data_vars: dict[str, Any] = {}
-    coords: dict[str, Any] = {}
-    if method == "empirical":
-        p, scalar = _q._check_probs(settings["p"])
-        qm = settings["quantile_method"]
-        out, _ = apply(lambda a: _q.quantile_groups(a, p, method=qm), [["p"], []], {"p": p.size})
-        coords["p"] = p
-        data_vars["threshold"] = out.assign_coords(p=p)
-    elif method in ("order_statistic", "conformal"):
-        if method == "order_statistic":
-            nmin = _os.order_statistic_min_n(settings["p"], settings["confidence"])
-        else:
-            nmin = _os.conformal_min_n(settings["alpha"])
-        small = present.values & (n < nmin)
-        if small.any():
-            i = int(np.flatnonzero(small.ravel())[0])
-            raise ValueError(f"group ({_group_name(present, i)}) has n = {int(n.ravel()[i])} values, too few for "
-                             f"method {method!r} with {json.dumps({k: settings[k] for k in known})}: need n >= {nmin}")
-        ranks = np.zeros(n.shape, np.int64)
-        pos = n > 0
-        if method == "order_statistic":
-            ranks[pos] = _os.order_statistic_rank(n[pos], settings["p"], settings["confidence"])
-        else:
-            ranks[pos] = _os.conformal_rank(n[pos], settings["alpha"])
-        r_da = xr.DataArray(ranks, dims=GROUP_DIMS, coords=present.coords)
-        if chunks is not None:
-            r_da = r_da.chunk(chunks)
-        out, _ = apply(lambda a, r: _q.kth_smallest_groups(a, r.reshape(-1)), [[], []], args=(r_da,))
-        data_vars["threshold"] = out
-        data_vars["rank"] = r_da.where(pos, 0)
-    elif method == "gpd":
-        mexc = int(settings["min_exceedances"])
-        small = present.values & (n < mexc + 1)
-        if small.any():
-            i = int(np.flatnonzero(small.ravel())[0])
-            raise ValueError(f"group ({_group_name(present, i)}) has n = {int(n.ravel()[i])} values, too few for a "
-                             f"POT/GPD fit with min_exceedances={mexc}: need n >= {mexc + 1}")
-        if _any_inf(np.asarray(da.values).reshape(-1)):
-            raise ValueError(f"{statistic} has infinite values (non-finite kernel output); a GPD tail cannot be "
-                             "fitted — use 'empirical' or 'order_statistic'")
-        q = float(settings["q"])
-        tf = float(settings["tail_fraction"])
-        use_zs = int(max(mexc, math.ceil(tf * max(int(n.max()), 1))) <= 2000)
-        _evt._check_pot_args(q, tf, mexc)
-        # values are checked above (finite) and in group_values (nonnegative): no re-scan
-        params, _ = apply(lambda a: _evt._pot_groups_dispatch(a, q, tf, mexc, int(bool(use_zs))),
-                          [["param"], []], {"param": len(_evt.POT_FIELDS)})
-        for j, name in enumerate(_evt.POT_FIELDS):
-            key = "threshold" if name == "return_level" else name
-            data_vars[key] = params.isel(param=j, drop=True)
-        data_vars["n_exceed"] = data_vars["n_exceed"].fillna(0).astype(np.int64)
-    elif method == "gev":
-        bs = int(settings["block_size"])
-        if bs < 1:
-            raise ValueError("block_size must be >= 1")
-        src = da
-        if bs > 1:
-            src = da.coarsen(obs=bs, boundary="trim").max(skipna=True)
-            da = src
-        nb = _n_valid(np.asarray(da.values))
-        small = present.values & (nb < 3)
-        if small.any():
-            i = int(np.flatnonzero(small.ravel())[0])
-            raise ValueError(f"group ({_group_name(present, i)}) has {int(nb.ravel()[i])} block maxima; a GEV fit "
-                             "needs n >= 3")
-        q = float(settings["q"])
-        params, _ = apply(lambda a: _evt.gev_fit_groups(a, q), [["param"], []], {"param": len(_evt.GEV_FIELDS)})
-        for j, name in enumerate(_evt.GEV_FIELDS):
-            key = "threshold" if name == "return_level" else name
-            data_vars[key] = params.isel(param=j, drop=True)
-    else:  # bootstrap
-        if chunks is not None:
-            raise ValueError("bootstrap runs its own parallel kernels; do not pass chunks")
-        arr = np.asarray(da.values).reshape(-1, da.sizes["obs"])
-        bound = np.full(arr.shape[0], np.nan)
-        est = np.full(arr.shape[0], np.nan)
-        level = np.full(arr.shape[0], np.nan)
-        for g in np.flatnonzero(present.values.ravel()):
-            x = arr[g]
-            x = x[~np.isnan(x)]
-            try:
-                if settings["target"] == "quantile":
-                    r = _bs.bootstrap_quantile_bound(
-                        x, float(settings["p"]), confidence=float(settings["confidence"]),
-                        n_resamples=int(settings["n_resamples"]), method=settings["interval"],
-                        seed=int(settings["seed"]), quantile_method=settings["quantile_method"])
-                elif settings["target"] == "return_level":
-                    r = _bs.bootstrap_return_level_bound(
-                        x, float(settings["q"]), confidence=float(settings["confidence"]),
-                        n_resamples=int(settings["n_resamples"]), method=settings["interval"],
-                        resampling=settings["resampling"], seed=int(settings["seed"]),
-                        tail_fraction=float(settings["tail_fraction"]),
-                        min_exceedances=int(settings["min_exceedances"]))
-                else:
-                    raise ValueError(f"target must be 'quantile' or 'return_level', got {settings['target']!r}")
-            except ValueError as e:
-                raise ValueError(f"group ({_group_name(present, int(g))}): {e}") from None
-            bound[g], est[g], level[g] = r.bound, r.estimate, r.level
-        shp = present.shape
-        data_vars["threshold"] = xr.DataArray(bound.reshape(shp), dims=GROUP_DIMS, coords=present.coords)
-        data_vars["estimate"] = xr.DataArray(est.reshape(shp), dims=GROUP_DIMS, coords=present.coords)
-        data_vars["level"] = xr.DataArray(level.reshape(shp), dims=GROUP_DIMS, coords=present.coords)
-
-    data_vars["n"] = n_da
+    ctx = _FitContext(da, present, n, chunks, settings, statistic, method)
+    data_vars, coords = _FITTERS[method](ctx)
+    data_vars["n"] = xr.DataArray(n.astype(np.int64), dims=GROUP_DIMS, coords=present.coords)
     data_vars["present"] = present
     ds = xr.Dataset(data_vars, coords=coords)
     ds["threshold"].attrs["long_name"] = f"{method} tolerance for {statistic}"
@@ -369,3 +246,160 @@ def fit(errors: xr.Dataset, *, method: str, statistic: str = "max_abs", chunks: 
         threads=numba.get_num_threads(),
     )
     return ds
+
+
+#: the options of each method and their defaults
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "empirical": {"p": 0.99, "quantile_method": "linear"},
+    "order_statistic": {"p": 0.99, "confidence": 0.95},
+    "conformal": {"alpha": 0.01},
+    "gpd": {"q": 1e-6, "tail_fraction": 0.1, "min_exceedances": 30},
+    "gev": {"q": 0.01, "block_size": 1},
+    "bootstrap": {"target": "quantile", "p": 0.99, "q": 1e-6, "confidence": 0.95, "n_resamples": 1000,
+                  "interval": "bca", "seed": 0, "resampling": "parametric", "tail_fraction": 0.1,
+                  "min_exceedances": 30, "quantile_method": "linear"},
+}
+
+
+@dataclass(frozen=True)
+class _FitContext:
+    """What every method of :func:`fit` works on."""
+
+    da: xr.DataArray
+    present: xr.DataArray
+    n: np.ndarray
+    chunks: dict | None
+    settings: dict[str, Any]
+    statistic: str
+    method: str
+
+    def apply(self, fn: Any, out_core: list, sizes: dict | None = None, args: tuple = (),
+              da: xr.DataArray | None = None) -> Any:
+        """Run a groups x obs kernel over the (possibly dask-backed) values."""
+        return xr.apply_ufunc(
+            _flat(fn), self.da if da is None else da, *args,
+            input_core_dims=[["obs"]] + [[] for _ in args],
+            output_core_dims=out_core,
+            dask="parallelized",
+            output_dtypes=[np.float64] * len(out_core),
+            dask_gufunc_kwargs={"output_sizes": sizes or {}},
+        )
+
+    def require(self, counts: np.ndarray, nmin: int, what: str) -> None:
+        """``ValueError`` naming the first present group with fewer than ``nmin``."""
+        small = self.present.values & (counts < nmin)
+        if small.any():
+            i = int(np.flatnonzero(small.ravel())[0])
+            raise ValueError(f"group ({_group_name(self.present, i)}) has {what(int(counts.ravel()[i]))}: "
+                             f"need n >= {nmin}")
+
+
+_Fitted = tuple[dict[str, Any], dict[str, Any]]
+
+
+def _fit_empirical(ctx: _FitContext) -> _Fitted:
+    p, _ = _q._check_probs(ctx.settings["p"])
+    qm = ctx.settings["quantile_method"]
+    out, _ = ctx.apply(lambda a: _q.quantile_groups(a, p, method=qm), [["p"], []], {"p": p.size})
+    return {"threshold": out.assign_coords(p=p)}, {"p": p}
+
+
+def _fit_rank(ctx: _FitContext) -> _Fitted:
+    """``order_statistic`` and ``conformal``: a rank per group, then selection."""
+    st, n = ctx.settings, ctx.n
+    if ctx.method == "order_statistic":
+        nmin = _os.order_statistic_min_n(st["p"], st["confidence"])
+    else:
+        nmin = _os.conformal_min_n(st["alpha"])
+    opts = json.dumps({k: st[k] for k in _DEFAULTS[ctx.method]})
+    ctx.require(n, nmin, lambda k: f"n = {k} values, too few for method {ctx.method!r} with {opts}")
+    ranks = np.zeros(n.shape, np.int64)
+    pos = n > 0
+    if ctx.method == "order_statistic":
+        ranks[pos] = _os.order_statistic_rank(n[pos], st["p"], st["confidence"])
+    else:
+        ranks[pos] = _os.conformal_rank(n[pos], st["alpha"])
+    r_da = xr.DataArray(ranks, dims=GROUP_DIMS, coords=ctx.present.coords)
+    if ctx.chunks is not None:
+        r_da = r_da.chunk(ctx.chunks)
+    out, _ = ctx.apply(lambda a, r: _q.kth_smallest_groups(a, r.reshape(-1)), [[], []], args=(r_da,))
+    return {"threshold": out, "rank": r_da.where(pos, 0)}, {}
+
+
+def _fit_gpd(ctx: _FitContext) -> _Fitted:
+    mexc = int(ctx.settings["min_exceedances"])
+    ctx.require(ctx.n, mexc + 1, lambda k: f"n = {k} values, too few for a POT/GPD fit with "
+                                           f"min_exceedances={mexc}")
+    if _any_inf(np.asarray(ctx.da.values).reshape(-1)):
+        raise ValueError(f"{ctx.statistic} has infinite values (non-finite kernel output); a GPD tail cannot be "
+                         "fitted — use 'empirical' or 'order_statistic'")
+    q = float(ctx.settings["q"])
+    tf = float(ctx.settings["tail_fraction"])
+    use_zs = int(max(mexc, math.ceil(tf * max(int(ctx.n.max()), 1))) <= 2000)
+    _evt._check_pot_args(q, tf, mexc)
+    # values are checked above (finite) and in group_values (nonnegative): no re-scan
+    params, _ = ctx.apply(lambda a: _evt._pot_groups_dispatch(a, q, tf, mexc, int(bool(use_zs))),
+                          [["param"], []], {"param": len(_evt.POT_FIELDS)})
+    data_vars = {("threshold" if name == "return_level" else name): params.isel(param=j, drop=True)
+                 for j, name in enumerate(_evt.POT_FIELDS)}
+    data_vars["n_exceed"] = data_vars["n_exceed"].fillna(0).astype(np.int64)
+    return data_vars, {}
+
+
+def _fit_gev(ctx: _FitContext) -> _Fitted:
+    bs = int(ctx.settings["block_size"])
+    if bs < 1:
+        raise ValueError("block_size must be >= 1")
+    da = ctx.da.coarsen(obs=bs, boundary="trim").max(skipna=True) if bs > 1 else ctx.da
+    nb = _n_valid(np.asarray(da.values))
+    small = ctx.present.values & (nb < 3)
+    if small.any():
+        i = int(np.flatnonzero(small.ravel())[0])
+        raise ValueError(f"group ({_group_name(ctx.present, i)}) has {int(nb.ravel()[i])} block maxima; a GEV fit "
+                         "needs n >= 3")
+    q = float(ctx.settings["q"])
+    params, _ = ctx.apply(lambda a: _evt.gev_fit_groups(a, q), [["param"], []], {"param": len(_evt.GEV_FIELDS)},
+                          da=da)
+    return {("threshold" if name == "return_level" else name): params.isel(param=j, drop=True)
+            for j, name in enumerate(_evt.GEV_FIELDS)}, {}
+
+
+def _bootstrap_one(x: np.ndarray, st: dict[str, Any]) -> Any:
+    if st["target"] == "quantile":
+        return _bs.bootstrap_quantile_bound(
+            x, float(st["p"]), confidence=float(st["confidence"]), n_resamples=int(st["n_resamples"]),
+            method=st["interval"], seed=int(st["seed"]), quantile_method=st["quantile_method"])
+    if st["target"] == "return_level":
+        return _bs.bootstrap_return_level_bound(
+            x, float(st["q"]), confidence=float(st["confidence"]), n_resamples=int(st["n_resamples"]),
+            method=st["interval"], resampling=st["resampling"], seed=int(st["seed"]),
+            tail_fraction=float(st["tail_fraction"]), min_exceedances=int(st["min_exceedances"]))
+    raise ValueError(f"target must be 'quantile' or 'return_level', got {st['target']!r}")
+
+
+def _fit_bootstrap(ctx: _FitContext) -> _Fitted:
+    if ctx.chunks is not None:
+        raise ValueError("bootstrap runs its own parallel kernels; do not pass chunks")
+    present = ctx.present
+    arr = np.asarray(ctx.da.values).reshape(-1, ctx.da.sizes["obs"])
+    out = {k: np.full(arr.shape[0], np.nan) for k in ("threshold", "estimate", "level")}
+    for g in np.flatnonzero(present.values.ravel()):
+        x = arr[g]
+        x = x[~np.isnan(x)]
+        try:
+            r = _bootstrap_one(x, ctx.settings)
+        except ValueError as e:
+            raise ValueError(f"group ({_group_name(present, int(g))}): {e}") from None
+        out["threshold"][g], out["estimate"][g], out["level"][g] = r.bound, r.estimate, r.level
+    return {k: xr.DataArray(v.reshape(present.shape), dims=GROUP_DIMS, coords=present.coords)
+            for k, v in out.items()}, {}
+
+
+_FITTERS = {
+    "empirical": _fit_empirical,
+    "order_statistic": _fit_rank,
+    "conformal": _fit_rank,
+    "gpd": _fit_gpd,
+    "gev": _fit_gev,
+    "bootstrap": _fit_bootstrap,
+}

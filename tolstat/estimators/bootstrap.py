@@ -36,6 +36,7 @@ import numpy as np
 from numba import njit, prange
 from scipy import special
 
+from .._util import unit_interval as _unit
 from .evt import _gpd_mle_core, _pot_core, _return_level
 from .quantile import QUANTILE_METHODS, quantile as _quantile
 
@@ -260,8 +261,7 @@ def _sample(x) -> np.ndarray:
 
 
 def _check(confidence: float, n_resamples: int, method: str) -> None:
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+    _unit("confidence", confidence)
     if int(n_resamples) < 2:
         raise ValueError("n_resamples must be >= 2")
     if method not in ("percentile", "bca"):

@@ -51,6 +51,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from .._util import unit_interval as _unit
 from . import quantile as _q
 from .quantile import (
     _ABS,
@@ -844,10 +845,8 @@ def pot_fit_groups(
 
 
 def _check_pot_args(q, tail_fraction, min_exceedances) -> None:
-    if not 0 < q < 1:
-        raise ValueError(f"q must lie in (0, 1), got {q}")
-    if not 0 < tail_fraction < 1:
-        raise ValueError(f"tail_fraction must lie in (0, 1), got {tail_fraction}")
+    _unit("q", q)
+    _unit("tail_fraction", tail_fraction)
     if int(min_exceedances) < 2:
         raise ValueError("min_exceedances must be >= 2")
 
@@ -895,9 +894,7 @@ def gev_fit_groups(x, q: float = 0.01) -> tuple[np.ndarray, np.ndarray]:
     Returns ``(params, n)`` with columns :data:`GEV_FIELDS`; NaN rows for groups with
     fewer than 3 values; all-equal groups give the point mass (``sigma = 0``).
     """
-    q = float(q)
-    if not 0 < q < 1:
-        raise ValueError(f"q must lie in (0, 1), got {q}")
+    q = _unit("q", q)
     a = _groups(x)
     if np.any(np.isinf(a)):
         raise ValueError("values contain inf; a GEV cannot be fitted to infinite maxima")

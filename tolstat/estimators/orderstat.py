@@ -23,6 +23,7 @@ import math
 import numpy as np
 from scipy import stats
 
+from .._util import unit_interval as _unit
 from .quantile import kth_smallest_groups
 
 __all__ = [
@@ -35,11 +36,6 @@ __all__ = [
 ]
 
 
-def _check_unit(name: str, v: float) -> float:
-    v = float(v)
-    if not (0.0 < v < 1.0):
-        raise ValueError(f"{name} must lie strictly between 0 and 1, got {v}")
-    return v
 
 
 def order_statistic_min_n(p: float, confidence: float) -> int:
@@ -47,8 +43,8 @@ def order_statistic_min_n(p: float, confidence: float) -> int:
 
     ``n >= ln(1 - confidence) / ln(p)`` (59 for 0.95/0.95, 299 for p = 0.99).
     """
-    p = _check_unit("p", p)
-    g = _check_unit("confidence", confidence)
+    p = _unit("p", p)
+    g = _unit("confidence", confidence)
     n = max(1, math.ceil(math.log1p(-g) / math.log(p) - 1e-9))
     while 1.0 - p**n < g:
         n += 1
@@ -80,8 +76,8 @@ def order_statistic_rank(n, p: float, confidence: float) -> np.ndarray:
         If some ``n`` is below :func:`order_statistic_min_n` (no order statistic
         qualifies); the message names the minimum n.
     """
-    p = _check_unit("p", p)
-    g = _check_unit("confidence", confidence)
+    p = _unit("p", p)
+    g = _unit("confidence", confidence)
     n = np.atleast_1d(np.asarray(n, dtype=np.int64))
     nmin = order_statistic_min_n(p, g)
     if np.any(n < nmin):
@@ -132,7 +128,7 @@ def order_statistic_bound(x, p: float, confidence: float) -> tuple[np.ndarray, n
 
 def conformal_min_n(alpha: float) -> int:
     """Smallest n with ``ceil((n + 1)(1 - alpha)) <= n`` (99 for alpha = 0.01)."""
-    a = _check_unit("alpha", alpha)
+    a = _unit("alpha", alpha)
     n = max(1, math.floor((1 - a) / a) - 1)
     while conformal_rank_unchecked(n, a) > n:
         n += 1
@@ -147,7 +143,7 @@ def conformal_rank_unchecked(n, alpha: float):
 
 def conformal_rank(n, alpha: float) -> np.ndarray:
     """Rank ``ceil((n + 1)(1 - alpha))`` of the split-conformal bound; error if it exceeds n."""
-    a = _check_unit("alpha", alpha)
+    a = _unit("alpha", alpha)
     n = np.atleast_1d(np.asarray(n, dtype=np.int64))
     r = conformal_rank_unchecked(n, a)
     if np.any(r > n):

@@ -1,0 +1,179 @@
+"""The package's layout: a one-way import flow and short functions (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "tolstat"
+
+#: the layers of the data flow, first to last; a module may import modules of its own
+#: layer or of earlier ones, never later ones (a new module must be given a layer here)
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("foundation", ("tolstat._version", "tolstat._dtypes", "tolstat._util", "tolstat._numba_cache",
+                    "tolstat._dlpack", "tolstat._npy")),
+    ("metrics", ("tolstat.metrics", "tolstat.noise")),
+    ("dataset", ("tolstat.dataset", "tolstat.errors", "tolstat.statistics", "tolstat._runs", "tolstat.io",
+                 "tolstat.stream", "tolstat.collect", "tolstat.merge")),
+    ("estimators", ("tolstat.estimators", "tolstat.estimators.*", "tolstat.scale", "tolstat.tail")),
+    ("selection", ("tolstat.bounds", "tolstat.certify", "tolstat.table", "tolstat.selection", "tolstat.review",
+                   "tolstat.hwpolicy")),
+    ("checks", ("tolstat.checks", "tolstat.pytest_plugin", "tolstat.report")),
+    ("evaluate", ("tolstat._method", "tolstat._eval_tolstat", "tolstat.evaluate", "tolstat.plots",
+                  "tolstat.corpus", "tolstat.corpus.*", "tolstat.hwshift", "tolstat.comparison")),
+    ("cli", ("tolstat.cli", "tolstat._cli_collect", "tolstat.corpus.__main__", "tolstat")),
+]
+
+#: largest function (lines without its docstring); numba kernels are exempt
+MAX_FUNCTION_LINES = 80
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(PKG.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+
+
+def _layer(mod: str) -> int:
+    for i, (_, names) in enumerate(LAYERS):
+        for n in names:
+            if mod == n or (n.endswith(".*") and mod.startswith(n[:-1])):
+                return i
+    raise AssertionError(f"module {mod} has no layer: add it to LAYERS in {Path(__file__).name}")
+
+
+def _imports(mod: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Package modules imported anywhere in ``path`` (module level and inside functions)."""
+    is_pkg = path.name == "__init__.py"
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            names = [f"{target}.{a.name}" if f"{target}.{a.name}" in modules else target for a in node.names]
+        else:
+            continue
+        for n in names:
+            while n and n not in modules:  # "tolstat.x.y" where y is a name -> "tolstat.x"
+                n = n.rpartition(".")[0]
+            if n and n != mod:
+                out.add(n)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {m: _imports(m, p, modules) for m, p in modules.items()}
+
+
+def test_every_module_has_a_layer_and_imports_only_earlier_layers():
+    bad = []
+    for mod, deps in _graph().items():
+        for d in sorted(deps):
+            if _layer(d) > _layer(mod):
+                bad.append(f"{mod} ({LAYERS[_layer(mod)][0]}) imports {d} ({LAYERS[_layer(d)][0]})")
+    assert not bad, "imports against the data flow:\n" + "\n".join(bad)
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for d in sorted(graph.get(n, ())):
+            if state.get(d) == 1:
+                return stack[stack.index(d):] + [d]
+            if d not in state:
+                found = visit(d)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycles():
+    graph = _graph()
+    # an edge from a module to its own parent package (e.g. cli: "from . import save")
+    # is not a cycle risk beyond the package's own imports, which are counted
+    sub = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in graph.items()}
+    cycle = _find_cycle(sub)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_cycle_finder_finds_cycles():
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_private_imports_across_modules():
+    """No module imports a private name (``_x``) of a module of a *different* area."""
+    modules = _modules()
+    bad = []
+    for mod, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level and node.module:
+                for a in node.names:
+                    if a.name.startswith("_") and not a.name.startswith("__") and mod in (
+                            "tolstat.evaluate", "tolstat._eval_tolstat", "tolstat.cli"):
+                        bad.append(f"{mod} imports {node.module}.{a.name}")
+    assert not bad, "\n".join(bad)
+
+
+def _is_numba(fn: ast.FunctionDef) -> bool:
+    return any("jit" in ast.unparse(d) or "vectorize" in ast.unparse(d) for d in fn.decorator_list)
+
+
+def _length(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    n = fn.end_lineno - fn.lineno + 1
+    first = fn.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        n -= first.end_lineno - first.lineno + 1
+    return n
+
+
+def test_functions_are_short():
+    long = []
+    for mod, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not _is_numba(node):
+                if _length(node) > MAX_FUNCTION_LINES:
+                    long.append(f"{mod}.{node.name}: {_length(node)} lines")
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines (docstring excluded):\n" + "\n".join(long)
+
+
+def test_length_counts_code_not_docstring():
+    fn = ast.parse('def f():\n    """doc\n\n    more"""\n    x = 1\n    return x\n').body[0]
+    assert _length(fn) == 3
+
+
+@pytest.mark.parametrize("mod", ["tolstat.selection", "tolstat.checks", "tolstat.evaluate"])
+def test_known_edges_are_seen(mod):
+    """The graph builder sees the imports it must judge (it cannot pass by seeing nothing)."""
+    graph = _graph()
+    assert graph[mod], mod
+    assert "tolstat.table" in graph["tolstat.checks"]
+    assert "tolstat._eval_tolstat" in graph["tolstat.evaluate"]

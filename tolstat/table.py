@@ -1,0 +1,469 @@
+"""The tolerance table: thresholds per (op, dtype, hardware), their lookup and IO.
+
+Built by :func:`tolstat.select` (selection -> **table** -> checks); stored as versioned
+JSON (:meth:`ToleranceTable.to_json`) or netCDF (:meth:`ToleranceTable.to_netcdf`) and
+read back with :func:`load_table`. Each entry knows how its max-error statistic turns
+into an ``(atol, rtol)`` pair (:mod:`tolstat.statistics`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import xarray as xr
+
+from ._dtypes import canonical_dtype
+from ._util import ANY, atomic_write, atomic_write_text
+from ._version import __version__
+from .scale import ScaleModel
+from .statistics import get as get_statistic
+
+__all__ = ["TABLE_SCHEMA", "StatEntry", "ToleranceEntry", "ToleranceTable", "load_table"]
+
+TABLE_SCHEMA = 1
+TAIL_KEYS = ("u", "sigma", "xi", "zeta", "gof_p")
+
+
+@dataclass(frozen=True)
+class StatEntry:
+    """Threshold of one statistic in one group of a :class:`ToleranceTable`."""
+
+    statistic: str
+    threshold: float
+    estimate: float
+    budget: float
+    confidence: float
+    method: str
+    reason: str
+    n: int
+    tail: dict[str, float]
+    top: np.ndarray
+
+
+@dataclass(frozen=True)
+class ToleranceEntry:
+    """What a check of one (op, dtype, hardware) needs, found by :meth:`ToleranceTable.entry`.
+
+    Attributes
+    ----------
+    op, dtype, hardware : str
+        The group matched (``hardware`` may be ``"*"``).
+    requested_hardware : str or None
+        The hardware asked for.
+    fallback : str
+        How the group was found (``"exact"``, ``"any hardware"``, ``"only hardware"``,
+        ``"default op"``).
+    n : int
+        Calibration runs.
+    statistics : dict
+        ``{name: StatEntry}``; the first is the max-error statistic.
+    scale : ScaleModel or None
+        Noise-scale model of ``max_score``.
+    fp_budget, confidence : float
+        The promise of the whole check.
+    """
+
+    op: str
+    dtype: str
+    hardware: str
+    requested_hardware: str | None
+    fallback: str
+    n: int
+    statistics: dict[str, StatEntry]
+    scale: ScaleModel | None
+    fp_budget: float
+    confidence: float
+
+    @property
+    def max_statistic(self) -> str:
+        """Name of the max-error statistic (``max_abs``, ``max_ulp``, ``max_rel``, ``max_score``)."""
+        return next(s for s in self.statistics if s != "bias")
+
+    def allclose(self, covariates: Mapping[str, Any] | None = None) -> tuple[float, float]:
+        """``(atol, rtol)`` equivalent of the max-error threshold for one check.
+
+        ``max_abs``: ``(c, 0)``; ``max_rel``: ``(c*rel_floor, c)`` approximately (the
+        exact rule is ``|d| <= c*max(|ref|, rel_floor)``); ``max_score``: ``c`` times
+        the scale model's pair at ``covariates``.
+
+        Raises
+        ------
+        ValueError
+            ``max_ulp`` or a baseline-relative scale (no allclose form), or missing
+            covariates.
+        """
+        name = self.max_statistic
+        return get_statistic(name).allclose_pair(self.statistics[name].threshold, self.dtype, self.scale,
+                                                 covariates)
+
+
+def _f(v: Any) -> Any:
+    """Float for JSON: repr-exact numbers, non-finite as strings."""
+    v = float(v)
+    if math.isfinite(v):
+        return v
+    return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+
+
+def _uf(v: Any) -> float:
+    return float(v)  # float("inf"), float("nan") parse the string forms
+
+
+class ToleranceTable:
+    """Calibrated thresholds per (op, dtype, hardware), backed by an ``xarray.Dataset``.
+
+    Build with :func:`select`; read with :func:`load_table`. ``table.data`` is the
+    dataset: dims ``group`` (coords ``op``, ``dtype``, ``hardware``), ``statistic`` and
+    ``rank``; variables ``threshold``, ``estimate``, ``budget``, ``stat_confidence``,
+    ``method``, ``reason``, ``tail_u/sigma/xi/zeta/gof_p``, ``top_scores`` (largest
+    calibration scores), ``n``, ``scale_atol``, ``scale_rtol``, ``scale_json`` (the full
+    scale model); attrs ``fp_budget``, ``confidence``, ``form``, ``statistics``,
+    ``budget_split``, ``provenance``, ``tolstat_table`` (schema version).
+
+    Lookup (:meth:`entry`) falls back, in this declared order: exact hardware ->
+    hardware ``"*"`` (a table calibrated over all hardware) -> the only hardware of that
+    (op, dtype) when no hardware was asked for -> op ``"*"`` (a declared default for
+    the dtype) with the same hardware rules. Anything else is a ``KeyError`` listing the
+    groups available.
+    """
+
+    def __init__(self, data: xr.Dataset):
+        if int(data.attrs.get("tolstat_table", -1)) != TABLE_SCHEMA:
+            raise ValueError(f"not a tolstat tolerance table (schema {data.attrs.get('tolstat_table')!r}, "
+                             f"expected {TABLE_SCHEMA})")
+        self.data = data
+
+    # ---- construction
+    @classmethod
+    def from_groups(cls, groups: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> "ToleranceTable":
+        """Build from group dicts (the JSON layout) and table metadata."""
+        if not groups:
+            raise ValueError("a tolerance table needs at least one group")
+        statistics = list(meta["statistics"])
+        G, S = len(groups), len(statistics)
+        K = max(1, max(len(g["statistics"][s].get("top_scores", [])) for g in groups for s in statistics))
+        f64 = lambda: np.full((G, S), np.nan)  # noqa: E731
+        thr, est, bud, conf = f64(), f64(), f64(), f64()
+        tails = {k: f64() for k in TAIL_KEYS}
+        meth = np.empty((G, S), dtype=object)
+        reas = np.empty((G, S), dtype=object)
+        top = np.full((G, S, K), np.nan)
+        for i, g in enumerate(groups):
+            for j, s in enumerate(statistics):
+                e = g["statistics"][s]
+                thr[i, j] = _uf(e["threshold"])
+                est[i, j] = _uf(e["estimate"])
+                bud[i, j] = _uf(e["budget"])
+                conf[i, j] = _uf(e["confidence"])
+                meth[i, j] = str(e["method"])
+                reas[i, j] = str(e["reason"])
+                for k in tails:
+                    tails[k][i, j] = _uf(e.get("tail", {}).get(k, "nan"))
+                ts = [_uf(v) for v in e.get("top_scores", [])]
+                top[i, j, : len(ts)] = ts
+        scales = [g.get("scale") for g in groups]
+        gdim = ("group",)
+        ds = xr.Dataset(
+            {
+                "n": (gdim, np.array([int(g["n"]) for g in groups], dtype=np.int64)),
+                "n_inexact": (gdim, np.array([int(g.get("n_inexact", 0)) for g in groups], dtype=np.int64)),
+                "threshold": (("group", "statistic"), thr),
+                "estimate": (("group", "statistic"), est),
+                "budget": (("group", "statistic"), bud),
+                "stat_confidence": (("group", "statistic"), conf),
+                "method": (("group", "statistic"), meth.astype(str)),
+                "reason": (("group", "statistic"), reas.astype(str)),
+                **{f"tail_{k}": (("group", "statistic"), v) for k, v in tails.items()},
+                "top_scores": (("group", "statistic", "rank"), top),
+                "scale_atol": (gdim, np.array([_uf(s["atol"]) if s else np.nan for s in scales])),
+                "scale_rtol": (gdim, np.array([_uf(s["rtol"]) if s else np.nan for s in scales])),
+                "scale_json": (gdim, np.array([json.dumps(s, sort_keys=True) if s else "" for s in scales],
+                                              dtype=str)),
+            },
+            coords={
+                "op": (gdim, np.array([str(g["op"]) for g in groups], dtype=str)),
+                "dtype": (gdim, np.array([str(g["dtype"]) for g in groups], dtype=str)),
+                "hardware": (gdim, np.array([str(g["hardware"]) for g in groups], dtype=str)),
+                "statistic": ("statistic", np.array(statistics, dtype=str)),
+            },
+            attrs={
+                "tolstat_table": TABLE_SCHEMA,
+                "tolstat_version": str(meta.get("tolstat_version", __version__)),
+                "fp_budget": float(_uf(meta["fp_budget"])),
+                "confidence": float(_uf(meta["confidence"])),
+                "form": str(meta.get("form") or ""),
+                "statistics": ",".join(statistics),
+                "budget_split": str(meta.get("budget_split", "bonferroni")),
+                "provenance": json.dumps(meta.get("provenance", {}), sort_keys=True),
+            },
+        )
+        keys = list(zip(ds["op"].values.tolist(), ds["dtype"].values.tolist(), ds["hardware"].values.tolist()))
+        if len(set(keys)) != len(keys):
+            raise ValueError("duplicate (op, dtype, hardware) groups in a tolerance table")
+        return cls(ds)
+
+    def _group_dicts(self) -> list[dict[str, Any]]:
+        d = self.data
+        stats = [str(s) for s in d["statistic"].values]
+        out = []
+        for i in range(d.sizes["group"]):
+            st = {}
+            for j, s in enumerate(stats):
+                top = d["top_scores"].values[i, j]
+                st[s] = {
+                    "threshold": _f(d["threshold"].values[i, j]),
+                    "estimate": _f(d["estimate"].values[i, j]),
+                    "budget": _f(d["budget"].values[i, j]),
+                    "confidence": _f(d["stat_confidence"].values[i, j]),
+                    "method": str(d["method"].values[i, j]),
+                    "reason": str(d["reason"].values[i, j]),
+                    "tail": {k: _f(d[f"tail_{k}"].values[i, j]) for k in TAIL_KEYS},
+                    "top_scores": [_f(v) for v in top[~np.isnan(top)]],
+                }
+            sj = str(d["scale_json"].values[i])
+            out.append({
+                "op": str(d["op"].values[i]),
+                "dtype": str(d["dtype"].values[i]),
+                "hardware": str(d["hardware"].values[i]),
+                "n": int(d["n"].values[i]),
+                "n_inexact": int(d["n_inexact"].values[i]),
+                "scale": json.loads(sj) if sj else None,
+                "statistics": st,
+            })
+        return out
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """Table-level settings (budget, confidence, form, statistics, provenance)."""
+        a = self.data.attrs
+        return {
+            "tolstat_table": TABLE_SCHEMA,
+            "tolstat_version": str(a.get("tolstat_version", "")),
+            "fp_budget": _f(a["fp_budget"]),
+            "confidence": _f(a["confidence"]),
+            "form": str(a.get("form", "")) or None,
+            "statistics": [x for x in str(a["statistics"]).split(",") if x],
+            "budget_split": str(a.get("budget_split", "")),
+            "provenance": json.loads(str(a.get("provenance", "{}"))),
+        }
+
+    @property
+    def fp_budget(self) -> float:
+        """False-positive budget of one check."""
+        return float(self.data.attrs["fp_budget"])
+
+    @property
+    def confidence(self) -> float:
+        """Confidence of the promise."""
+        return float(self.data.attrs["confidence"])
+
+    @property
+    def statistics(self) -> list[str]:
+        """Statistic names, max-error statistic first."""
+        return [str(s) for s in self.data["statistic"].values]
+
+    @property
+    def groups(self) -> list[tuple[str, str, str]]:
+        """The (op, dtype, hardware) groups of the table."""
+        d = self.data
+        return list(zip(map(str, d["op"].values), map(str, d["dtype"].values), map(str, d["hardware"].values)))
+
+    def __len__(self) -> int:
+        return self.data.sizes["group"]
+
+    def __repr__(self) -> str:
+        lines = [f"<ToleranceTable: {len(self)} groups, fp_budget={self.fp_budget:g}, "
+                 f"confidence={self.confidence:g}, form={self.meta['form']}, statistics={self.statistics}>"]
+        for i, (op, dt, hw) in enumerate(self.groups[:20]):
+            thr = ", ".join(f"{s}={self.data['threshold'].values[i, j]:.4g} ({self.data['method'].values[i, j]})"
+                            for j, s in enumerate(self.statistics))
+            lines.append(f"  {op} / {dt} / {hw}: n={int(self.data['n'].values[i])}: {thr}")
+        if len(self) > 20:
+            lines.append(f"  ... {len(self) - 20} more")
+        return "\n".join(lines)
+
+    # ---- lookup
+    def _find(self, op: str, dtype: str, hardware: str | None) -> tuple[int, str] | None:
+        keys = self.groups
+        idx = {k: i for i, k in enumerate(keys)}
+        for o, tag in ((op, ""), (ANY, "default op, ")):
+            if hardware is not None and (o, dtype, hardware) in idx:
+                return idx[(o, dtype, hardware)], tag + "exact"
+            if (o, dtype, ANY) in idx:
+                return idx[(o, dtype, ANY)], tag + "any hardware"
+            if hardware is None:
+                hws = [k for k in keys if k[0] == o and k[1] == dtype]
+                if len(hws) == 1:
+                    return idx[hws[0]], tag + "only hardware"
+                if len(hws) > 1:
+                    raise KeyError(
+                        f"(op={op!r}, dtype={dtype!r}) is calibrated on several hardware "
+                        f"{sorted(k[2] for k in hws)}; pass hardware=... (or calibrate with "
+                        "by=('op', 'dtype') for a '*' entry)"
+                    )
+        return None
+
+    def entry(self, op: str, dtype: Any, hardware: str | None = None, *,
+              hardware_policy: str | None = None) -> ToleranceEntry:
+        """The thresholds for (op, dtype, hardware), with the declared fallbacks.
+
+        Parameters
+        ----------
+        op, dtype : str
+            The group (any dtype spelling).
+        hardware : str, optional
+            Hardware label. With a ``hardware_policy`` and no ``hardware``, this
+            machine's label (:func:`tolstat.hardware_fingerprint`).
+        hardware_policy : {None, "exact", "pooled", "nearest", "error"}
+            What to do when ``hardware`` is not calibrated (:mod:`tolstat.hwpolicy`);
+            ``None`` keeps the fallbacks of the class docstring.
+
+        Raises
+        ------
+        KeyError
+            No group matches; the message lists the groups available (with a policy:
+            this machine's hardware and the table's).
+        """
+        dt = canonical_dtype(dtype)
+        if hardware_policy is not None:  # explicit hardware policy (tolstat.hwpolicy)
+            from . import hwpolicy
+
+            hw = str(hardware) if hardware is not None else hwpolicy.machine_hardware()
+            mx = self.data["threshold"].values[:, 0]
+            hit = hwpolicy.resolve_group(self.groups, mx, str(op), dt, hw, hardware_policy)
+            hardware = hw
+        else:
+            hit = self._find(str(op), dt, None if hardware is None else str(hardware))
+        if hit is None:
+            avail = ", ".join(f"({o}, {d}, {h})" for o, d, h in self.groups)
+            raise KeyError(
+                f"no tolerance for op={op!r}, dtype={dt!r}, hardware={hardware!r} (fallbacks tried: exact "
+                f"hardware, hardware '*', op '*'); available groups: {avail}"
+            )
+        i, how = hit
+        d = self.data
+        stats: dict[str, StatEntry] = {}
+        for j, s in enumerate(self.statistics):
+            thr = float(d["threshold"].values[i, j])
+            if math.isnan(thr):
+                raise KeyError(f"group ({op}, {dt}, {d['hardware'].values[i]}) has no {s} threshold: "
+                               f"{d['reason'].values[i, j]}")
+            top = d["top_scores"].values[i, j]
+            stats[s] = StatEntry(
+                statistic=s, threshold=thr, estimate=float(d["estimate"].values[i, j]),
+                budget=float(d["budget"].values[i, j]), confidence=float(d["stat_confidence"].values[i, j]),
+                method=str(d["method"].values[i, j]), reason=str(d["reason"].values[i, j]),
+                n=int(d["n"].values[i]),
+                tail={k: float(d[f"tail_{k}"].values[i, j]) for k in TAIL_KEYS},
+                top=top[~np.isnan(top)],
+            )
+        sj = str(d["scale_json"].values[i])
+        return ToleranceEntry(
+            op=str(d["op"].values[i]), dtype=dt, hardware=str(d["hardware"].values[i]),
+            requested_hardware=hardware, fallback=how, n=int(d["n"].values[i]), statistics=stats,
+            scale=ScaleModel.from_dict(json.loads(sj)) if sj else None,
+            fp_budget=self.fp_budget, confidence=self.confidence,
+        )
+
+
+    # ---- export
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON layout: ``{"tolstat_table": 1, ..., "groups": [...]}``."""
+        out = self.meta
+        out["groups"] = self._group_dicts()
+        return out
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
+        """Write (and return) the table as stable, human-readable, versioned JSON.
+
+        Floats are written with ``repr`` (shortest exact round trip); ``inf``/``nan``
+        as the strings ``"inf"``/``"nan"``. Keys are sorted, so equal tables give equal
+        files.
+        """
+        from .review import table_json
+
+        text = table_json(self)
+        if path is not None:
+            atomic_write_text(path, text)
+        return text
+
+    def to_netcdf(self, path: str | os.PathLike[str]) -> Path:
+        """Write the table's dataset to netCDF-4 (h5netcdf), atomically."""
+        return atomic_write(path, lambda tmp: self.data.to_netcdf(tmp, engine="h5netcdf"))
+
+
+    def to_assert_close_kwargs(
+        self,
+        hardware: str | None = None,
+        covariates: Mapping[str, Any] | None = None,
+        *,
+        skip_unsupported: bool = True,
+        hardware_policy: str | None = None,
+    ) -> dict[tuple[str, str], dict[str, float]]:
+        """``{(op, dtype): {"atol": ..., "rtol": ...}}`` for ``torch.testing.assert_close``.
+
+        This is the form of PyTorch's ``toleranceOverride({dtype: tol(atol, rtol)})``.
+        Only the max-error statistic is translated (a bias statistic has no allclose
+        form; use :func:`tolstat.check` for it).
+
+        Parameters
+        ----------
+        hardware : str, optional
+            Which hardware's groups (with the usual fallbacks).
+        covariates : mapping, optional
+            Run covariates of a size-aware / normalised scale (e.g. ``{"K": 512}``;
+            ``ref_rms`` for a linear ``ref_rms`` term).
+        skip_unsupported : bool, default True
+            Leave out groups without an allclose form (``max_ulp``, baseline-relative,
+            missing covariates) instead of raising.
+        """
+        out: dict[tuple[str, str], dict[str, float]] = {}
+        for op, dt in dict.fromkeys((o, d) for o, d, _ in self.groups):
+            try:
+                atol, rtol = self.entry(op, dt, hardware, hardware_policy=hardware_policy).allclose(covariates)
+            except (ValueError, KeyError):
+                if skip_unsupported:
+                    continue
+                raise
+            out[(op, dt)] = {"atol": atol, "rtol": rtol}
+        return out
+
+
+def load_table(path: str | os.PathLike[str]) -> ToleranceTable:
+    """Read a table written by :meth:`ToleranceTable.to_json` or :meth:`~ToleranceTable.to_netcdf`.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    ValueError
+        Not a tolstat table, or an unsupported schema version.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"no tolerance table at {os.fspath(p)!r}")
+    if p.suffix.lower() == ".json":
+        try:
+            d = json.loads(p.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{os.fspath(p)!r} is not valid JSON: {exc}") from exc
+        if not isinstance(d, dict) or "tolstat_table" not in d:
+            raise ValueError(f"{os.fspath(p)!r} is not a tolstat tolerance table")
+        if int(d["tolstat_table"]) != TABLE_SCHEMA:
+            raise ValueError(f"{os.fspath(p)!r}: table schema {d['tolstat_table']} is not supported "
+                             f"(this tolstat reads {TABLE_SCHEMA})")
+        if isinstance(d.get("volatile"), dict):  # reviewable layout (tolstat.review): keep it
+            d["provenance"] = {**d.get("provenance", {}), "volatile": d["volatile"]}
+        return ToleranceTable.from_groups(d["groups"], d)
+    ds = xr.open_dataset(p, engine="h5netcdf").load()
+    ds.close()
+    for v in ("op", "dtype", "hardware", "statistic", "method", "reason", "scale_json"):
+        if v in ds.variables and ds[v].dtype.kind == "O":
+            ds[v] = ds[v].astype(str)
+    return ToleranceTable(ds)
