@@ -21,6 +21,7 @@ import tolstat
 from tolstat import metrics
 from tolstat.checks import check
 from tolstat.estimators import conformal_min_n, conformal_rank, order_statistic_min_n
+from tolstat.bounds import TailOptions
 from tolstat.selection import Calibration, calibrate, exceedance_probability, load_table, select
 
 from table_helpers import group as _group, table as _table  # noqa: E402
@@ -124,14 +125,14 @@ def test_conformal_calibration_rank():
 def test_tail_model_min_runs_and_extrapolation_boundaries():
     x = np.random.default_rng(1).exponential(size=100)
     # n == min_tail_runs is enough, one more required is not
-    assert calibrate(x, 1e-3, min_tail_runs=100).method == "evt"
+    assert calibrate(x, 1e-3, tail=TailOptions(min_tail_runs=100)).method == "evt"
     with pytest.raises(ValueError, match="n = 100 < 101 runs required for a tail model"):
-        calibrate(x, 1e-3, min_tail_runs=101)
+        calibrate(x, 1e-3, tail=TailOptions(min_tail_runs=101))
     # 1/(budget*n) = 10 exactly: allowed at max_extrapolation = 10, refused just below
     assert 1.0 / (1e-3 * 100) == 10.0
-    assert calibrate(x, 1e-3, max_extrapolation=10.0).method == "evt"
+    assert calibrate(x, 1e-3, tail=TailOptions(max_extrapolation=10.0)).method == "evt"
     with pytest.raises(ValueError, match="lies 10x beyond the data"):
-        calibrate(x, 1e-3, max_extrapolation=9.999)
+        calibrate(x, 1e-3, tail=TailOptions(max_extrapolation=9.999))
 
 
 def test_tail_threshold_is_floored_at_the_sample_maximum():
@@ -140,7 +141,7 @@ def test_tail_threshold_is_floored_at_the_sample_maximum():
     from tolstat.estimators import bootstrap_return_level_bound
 
     x = np.random.default_rng(0).exponential(size=60)
-    c = calibrate(x, 0.04, 0.95, tail_bound="bootstrap", n_resamples=300)
+    c = calibrate(x, 0.04, 0.95, tail=TailOptions(bound="bootstrap", n_resamples=300))
     raw = bootstrap_return_level_bound(x, 0.04, confidence=0.95, n_resamples=300, method="percentile",
                                        resampling="parametric", seed=0)
     assert c.method == "evt" and raw.bound < x.max()
@@ -168,7 +169,7 @@ def test_exceedance_probability_empirical_exact():
     # only the top 3 of 1000 scores kept: at the smallest kept score, exactly 3/1000; below it,
     # "more than 3 of 1000"
     cal = _cal([9.0, 8.0, 7.0], 1000)
-    assert exceedance_probability(7.0, cal) == (0.003, "empirical: 3 of 1000 calibration runs reached this value")
+    assert tuple(exceedance_probability(7.0, cal)) == (0.003, "empirical: 3 of 1000 calibration runs reached this value")
     p, note = exceedance_probability(6.9, cal)
     assert p == 0.003 and note.startswith("empirical: more than 3 of 1000")
 
@@ -194,11 +195,11 @@ def test_exceedance_probability_endpoint_no_tail_and_nonfinite():
     p, _ = exceedance_probability(4.0, cal)
     assert p == pytest.approx(0.1 * (1 - 0.5 * 3 / 2) ** 2, rel=1e-12)
     nt = _cal(np.linspace(0.5, 3.0, 50), 500)
-    assert exceedance_probability(3.5, nt) == (1 / 501, "beyond the data (the largest of 500 calibration "
+    assert tuple(exceedance_probability(3.5, nt)) == (1 / 501, "beyond the data (the largest of 500 calibration "
                                                         "scores is 3); no tail model: probability < 1/(n+1)")
     # a value beyond the data but not above the tail threshold u: no extrapolation either
     hi_u = _cal(np.linspace(0.5, 3.0, 50), 500, {"u": 10.0, "sigma": 2.0, "xi": 0.0, "zeta": 0.1})
-    assert exceedance_probability(3.5, hi_u)[0] == 1 / 501
+    assert exceedance_probability(3.5, hi_u).probability == 1 / 501
     for v in (math.inf, math.nan):
         p, note = exceedance_probability(v, nt)
         assert p == 0.0 and note.startswith("non-finite output")

@@ -403,19 +403,17 @@ def _mixed_table(path, hardware):
 @pytest.mark.parametrize("hardware,opt,want", [
     # the detected hardware is in the table: its exact group, not '*'
     (("*", "DET"), None, "GROUP DET exact 2.0"),
-    # another specific hardware and '*': '*' (no "several hardware" error)
+    # another specific hardware and '*': '*' (no "several hardware" error, no policy error)
     (("OTHER", "*"), None, "GROUP * any hardware 2.0"),
     (("OTHER", "DET2", "*"), None, "GROUP * any hardware 3.0"),
     # an explicit label wins over the detected one; absent from the table -> '*'
     (("*", "DET", "ci-box"), "ci-box", "GROUP ci-box exact 3.0"),
     (("*", "DET"), "ci-box", "GROUP * any hardware 1.0"),
-    # only one specific hardware, not the detected one: the table's only hardware
-    (("OTHER",), None, "GROUP OTHER only hardware 1.0"),
 ])
 def test_plugin_hardware_choice_with_mixed_tables(pytester, tmp_path, hardware, opt, want):
     from tolstat.collect import hardware_fingerprint
 
-    det = hardware_fingerprint()[0]
+    det, _ = hardware_fingerprint()
     hw = tuple(det if h == "DET" else h for h in hardware)
     want = want.replace("DET", det)
     path = _mixed_table(tmp_path / "mixed.json", hw)

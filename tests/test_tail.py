@@ -10,6 +10,7 @@ from scipy import stats
 
 import tolstat
 from tolstat import tail
+from tolstat.estimators import order_statistic_min_n
 
 dask = pytest.importorskip("dask")
 
@@ -194,7 +195,7 @@ def test_rank_is_the_binomial_rule_with_empty_groups():
     for p, g in [(0.95, 0.95), (0.9, 0.99), (0.99, 0.9)]:
         want = np.zeros(n.shape, dtype=np.int64)
         for idx, ni in np.ndenumerate(n):
-            if ni == 0 or ni < tail.min_runs_for_bound(p, g):
+            if ni == 0 or ni < order_statistic_min_n(p, g):
                 continue
             r = np.arange(1, ni + 1)
             want[idx] = r[stats.binom.cdf(r - 1, ni, p) >= g][0]
