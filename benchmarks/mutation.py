@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -94,6 +95,9 @@ def score(status: dict[str, str], equivalent: dict[str, str]) -> dict:
     per: dict[str, Counter] = defaultdict(Counter)
     for name, st in status.items():
         mod = _module(name)
+        if st == "not checked":  # generated but not run (a run restricted to some names)
+            per[mod]["not_run"] += 1
+            continue
         per[mod]["mutants"] += 1
         if name in equivalent:
             per[mod]["equivalent"] += 1
@@ -119,10 +123,11 @@ def write(rows: dict, status: dict[str, str], equivalent: dict[str, str], surviv
     import mutmut
 
     RESULTS.mkdir(parents=True, exist_ok=True)
-    survivors = sorted(n for n, s in status.items() if s not in KILLED and n not in equivalent)
+    survivors = sorted(n for n, s in status.items() if s not in KILLED | {"not checked"} and n not in equivalent)
     doc = {
         "tool": f"mutmut {mutmut.__version__}",
-        "command": "python benchmarks/mutation.py" + (f" --max-children {args.max_children}"),
+        "command": " ".join(["python benchmarks/mutation.py", f"--max-children {args.max_children}",
+                             *(shlex.quote(n) for n in args.names)]),
         "wall_seconds_last_run": None if wall is None else round(wall, 1),
         "scores": rows,
         "survivors": {n: {"status": status[n], "diff": survivors_diff.get(n, "")} for n in survivors},
@@ -137,14 +142,18 @@ def write(rows: dict, status: dict[str, str], equivalent: dict[str, str], surviv
           f"Measured with {doc['tool']} by `python benchmarks/mutation.py` (see `docs/testing.md`).",
           "Score = killed / (mutants - equivalent); survivors and mutants no test executes count",
           "against it.", "",
-          "| module | mutants | killed | survived | no tests | other | equivalent | score |",
-          "|---|---:|---:|---:|---:|---:|---:|---:|"]
+          "Mutants generated but not run in the measured run (restricted to some functions) are",
+          "counted in 'not run' and left out of the score.", "",
+          "| module | mutants run | killed | survived | no tests | other | equivalent | score | not run |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for mod, c in rows.items():
         other = c.get("mutants", 0) - sum(c.get(k, 0) for k in ("killed", "survived", "no_tests", "equivalent"))
+        if not c.get("mutants", 0) and not args.all_modules:
+            continue
         sc = "n/a" if c["score"] is None else f"{100 * c['score']:.1f}%"
         name = f"**{mod}**" if mod == "TOTAL" else f"`{mod}`"
         md.append(f"| {name} | {c.get('mutants', 0)} | {c.get('killed', 0)} | {c.get('survived', 0)} | "
-                  f"{c.get('no_tests', 0)} | {other} | {c.get('equivalent', 0)} | {sc} |")
+                  f"{c.get('no_tests', 0)} | {other} | {c.get('equivalent', 0)} | {sc} | {c.get('not_run', 0)} |")
     md += ["", "## Equivalent mutants (excluded from the score)", ""]
     if doc["equivalent"]:
         md += [f"- `{n}`: {r}" for n, r in doc["equivalent"].items()]
@@ -169,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-children", type=int, default=2, help="parallel mutant workers (default 2)")
     ap.add_argument("--report-only", action="store_true", help="do not run, only report cached results")
     ap.add_argument("--fresh", action="store_true", help="delete mutants/ (all cached verdicts) first")
+    ap.add_argument("--all-modules", action="store_true", help="list modules with no mutant run too")
     ap.add_argument("names", nargs="*", help="mutant name globs, e.g. 'tolstat.checks.*' (re-runs those)")
     args = ap.parse_args(argv)
     if args.fresh and (ROOT / "mutants").exists():
@@ -182,11 +192,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("no mutmut results under mutants/: run without --report-only first")
     equivalent = json.loads(EQUIVALENT.read_text(encoding="utf-8")) if EQUIVALENT.exists() else {}
     rows = score(status, equivalent)
-    surv = sorted(n for n, s in status.items() if s not in KILLED and n not in equivalent)
+    surv = sorted(n for n, s in status.items() if s not in KILLED | {"not checked"} and n not in equivalent)
     write(rows, status, equivalent, diffs(surv), wall, args)
     w = max(len(m) for m in rows)
     print(f"{'module':{w}s} {'mutants':>8s} {'killed':>7s} {'survived':>9s} {'no tests':>9s} {'equiv':>6s} {'score':>7s}")
     for mod, c in rows.items():
+        if not c.get("mutants", 0) and not args.all_modules:
+            continue
         sc = "n/a" if c["score"] is None else f"{100 * c['score']:.1f}%"
         print(f"{mod:{w}s} {c.get('mutants', 0):8d} {c.get('killed', 0):7d} {c.get('survived', 0):9d} "
               f"{c.get('no_tests', 0):9d} {c.get('equivalent', 0):6d} {sc:>7s}")
