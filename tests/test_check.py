@@ -11,6 +11,8 @@ import tolstat
 from tolstat.checks import CheckResult, assert_close, check
 from tolstat.selection import select
 
+pytest_plugins = ["pytester"]
+
 
 def _kernel(x):
     return (x.astype(np.float16) * np.float16(3.0)).astype(np.float16)
@@ -218,3 +220,74 @@ def test_message_ulp_nonfinite_and_bias():
     r = check(at, EXP, op="mm", dtype="float64", table=tb)
     assert r.failed == ("max_abs",) and "gives a max_abs this large" in r.message()
     assert "gives a bias this large" not in r.message()
+
+
+def test_assert_close_passes_its_options_on():
+    """assert_close forwards allow_nan (default False), covariates and hardware_policy."""
+    from table_helpers import group, table
+
+    t = table([group("mm", "float64", "gpuA", 0.5, top=[0.5])])
+    nan_ref = np.array([1.0, np.nan])
+    with pytest.raises(ValueError, match="reference .* contains 1 NaN"):
+        assert_close(np.array([1.0, np.nan]), nan_ref, op="mm", dtype="float64", table=t)
+    r = assert_close(np.array([1.0, np.nan]), nan_ref, op="mm", dtype="float64", table=t, allow_nan=True)
+    assert r.passed and r.statistics["max_abs"] == 0.0
+    # hardware_policy: 'error' refuses an uncalibrated machine, 'nearest' takes the only one
+    with pytest.raises(KeyError, match="gpuB"):
+        assert_close(EXP, EXP, op="mm", dtype="float64", table=t, hardware="gpuB", hardware_policy="error")
+    r = assert_close(EXP, EXP, op="mm", dtype="float64", table=t, hardware="gpuB", hardware_policy="nearest")
+    assert r.hardware == "gpuA"
+
+
+def test_assert_close_forwards_covariates(mul3):
+    def k(x):
+        return np.cumsum(x.astype(np.float16), axis=-1, dtype=np.float16)[:, -1]
+
+    def ref(x):
+        return x.astype(np.float16).astype(np.float64).sum(axis=-1)
+
+    def mk(r):
+        K = int(r.choice([16, 64]))
+        return tolstat.Inputs(args=(r.standard_normal((8, K)),), covariates={"K": K})
+
+    ds = tolstat.collect(k, ref, mk, op="sum", dtype="float16", runs=200, hardware="cpu", progress=False)
+    t = select(ds, fp_budget=0.05, form="size_aware")
+    x = np.random.default_rng(0).standard_normal((8, 64))
+    r = assert_close(k(x), ref(x), op="sum", dtype="float16", table=t, covariates={"K": 64})
+    assert r.passed and r.statistics == check(k(x), ref(x), op="sum", dtype="float16", table=t,
+                                              covariates={"K": 64}).statistics
+
+
+def test_probability_format_boundary_and_unknown_method():
+    """1e-3 is printed as 0.001 (the exponent form starts below it); a result without
+    methods says '?'."""
+    import dataclasses
+
+    from table_helpers import group, table
+
+    t = table([group("mm", "float64", "*", 0.5, n=1000, top=[0.5])])
+    at = EXP.copy()
+    at[0, 0] += 0.5
+    r = check(at, EXP, op="mm", dtype="float64", table=t)
+    assert r.passed and r.probabilities["max_abs"] == 1e-3
+    assert "this large: ~0.001 (empirical: 1 of 1000" in r.message()
+    assert "calibrated by ? on 1000 runs" in dataclasses.replace(r, methods={}).message()
+
+
+def test_assert_close_hides_its_frame_from_pytest(pytester):
+    """A failing assert_close shows the caller's line and the message, not library frames."""
+    pytester.makepyfile("""
+import numpy as np
+from table_helpers import group, table
+import tolstat
+
+def test_it():
+    t = table([group("mm", "float64", "*", 0.5)])
+    tolstat.assert_close(np.array([2.0]), np.array([1.0]), op="mm", dtype="float64", table=t)
+""")
+    pytester.syspathinsert(str(__import__("pathlib").Path(__file__).parent))
+    res = pytester.runpytest("-p", "no:cacheprovider")
+    res.assert_outcomes(failed=1)
+    out = res.stdout.str()
+    assert "tolstat check FAILED" in out and "tolstat.assert_close(np.array([2.0])" in out
+    assert "r = check(actual, expected" not in out  # the library frame is hidden
