@@ -343,3 +343,51 @@ def test_ordered_int_negative_float32_by_nextafter():
     keep = x < 0
     np.testing.assert_array_equal(metrics.ordered_int(up[keep], "float32"), i[keep] + 1)
     assert metrics.ordered_int(np.float32([-0.0, 0.0]), "float32").tolist() == [0, 0]
+
+
+# --------------------------------------------------------------------------- Calibration fields
+def _expect_common(c, x, a, g, method):
+    from tolstat.bounds import tail_fit
+
+    assert (c.budget, c.confidence, c.method, c.n) == (a, g, method, x.size)
+    np.testing.assert_array_equal(c.top, np.sort(x)[::-1][:256])
+    want_tail = tail_fit(x, 0.1, 30).tail
+    assert c.tail.keys() == want_tail.keys()
+    for k, v in want_tail.items():
+        assert c.tail[k] == v or (math.isnan(c.tail[k]) and math.isnan(v)), k
+
+
+def test_calibration_records_every_field():
+    """Each method's Calibration: threshold, point estimate, budget, confidence, method,
+    reason, n, tail fit and the top scores, against values computed here."""
+    rng = np.random.default_rng(12)
+    x = rng.exponential(size=400)
+    xs = np.sort(x)
+    c = calibrate(x, 0.01, 0.95)
+    _expect_common(c, x, 0.01, 0.95, "order_statistic")
+    assert c.estimate == np.quantile(x, 0.99, method="higher") and c.threshold == xs[-1]
+    assert c.reason == ("order statistic: n = 400 >= 299 runs needed for the 0.99-quantile at 0.95 confidence; "
+                        "threshold = 400-th smallest of 400 scores")
+    c = calibrate(x, 0.01, 0.9, method="conformal")
+    _expect_common(c, x, 0.01, 0.9, "conformal")
+    assert c.threshold == xs[int(np.ceil(401 * 0.99)) - 1] and c.estimate == np.quantile(x, 0.99, method="higher")
+    assert c.reason == ("split conformal: 397-th smallest of 400 scores; marginal guarantee P(new score > "
+                        "threshold) <= budget averaged over calibration sets (no confidence level)")
+    c = calibrate(x, 1e-3, 0.95)
+    _expect_common(c, x, 1e-3, 0.95, "evt")
+    t = c.tail
+    rl = t["u"] + t["sigma"] / t["xi"] * ((t["zeta"] / 1e-3) ** t["xi"] - 1)
+    assert c.estimate == pytest.approx(rl, rel=1e-10) and c.threshold > c.estimate
+    k = int(round(t["zeta"] * 400))
+    assert c.reason.startswith(f"evt: n = 400 < 2995 runs for the order statistic; GPD tail over the top {k} of "
+                               f"400 scores (xi = {t['xi']:.3g}, KS p = {t['gof_p']:.2g}); threshold = ")
+    assert c.reason.endswith(f"(point estimate {rl:.6g}), extrapolating 2.5x beyond the data")
+
+
+def test_conformal_threshold_direct_message():
+    from tolstat.bounds import conformal_threshold
+
+    x = np.arange(98.0)
+    with pytest.raises(ValueError, match=r"^n = 98 runs are too few for a split-conformal bound at budget 0.01: "
+                                         r"need n >= 99$"):
+        conformal_threshold(x, 0.01, 0.95, {}, x[::-1])
