@@ -327,8 +327,11 @@ def test_ordered_int_is_the_rank_among_all_values(name, np_dtype, uint_dtype, bi
     distinct = np.unique(f)  # sorted; -0 == +0 collapse
     want = np.searchsorted(distinct, f) - np.searchsorted(distinct, 0.0)
     got = metrics.ordered_int(vals, name)
-    assert (f < 0).sum() > 100
+    assert (f < 0).sum() > 100 and got.dtype == np.int64
     np.testing.assert_array_equal(got, want)
+    # the input's shape is kept
+    assert metrics.ordered_int(vals[:12].reshape(3, 4), name).shape == (3, 4)
+    np.testing.assert_array_equal(metrics.ordered_int(vals[:12].reshape(3, 4), name), want[:12].reshape(3, 4))
 
 
 def test_ordered_int_negative_float32_by_nextafter():

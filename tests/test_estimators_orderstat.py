@@ -117,3 +117,18 @@ def test_conformal_coverage(name):
         b, r, _ = conformal_bound(cal, alpha)
         k = int(np.sum(new <= b))
         assert stats.binomtest(k, R, 1 - alpha, alternative="less").pvalue > P_REJECT, (name, n, k / R)
+
+
+def test_conformal_bound_edges():
+    """Integer input gives a float64 bound; a group of one value is not empty; an all-NaN
+    group is named; alpha is validated by name."""
+    b, r, n = conformal_bound(list(range(1, 20)), 0.1)
+    assert b.dtype == np.float64 and b.tolist() == [18.0] and r.tolist() == [18] and n.tolist() == [19]
+    b, r, n = conformal_bound(np.array([[3.0, np.nan], [1.0, 2.0]]), 0.5)  # min n for alpha 0.5 is 1
+    assert b.tolist() == [3.0, 2.0] and n.tolist() == [1, 2]
+    with pytest.raises(ValueError, match=r"group 1 is empty \(or all NaN\)"):
+        conformal_bound(np.array([[1.0, 2.0], [np.nan, np.nan]]), 0.5)
+    with pytest.raises(ValueError, match="alpha must lie strictly between 0 and 1, got 1.5"):
+        conformal_min_n(1.5)
+    with pytest.raises(ValueError, match="alpha must lie strictly between 0 and 1, got 0.0"):
+        conformal_rank(10, 0.0)
