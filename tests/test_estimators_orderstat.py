@@ -123,6 +123,7 @@ def test_conformal_bound_edges():
     """Integer input gives a float64 bound; a group of one value is not empty; an all-NaN
     group is named; alpha is validated by name."""
     b, r, n = conformal_bound(list(range(1, 20)), 0.1)
+    assert conformal_rank([99, 199], 0.01).dtype == np.int64 and r.dtype == np.int64
     assert b.dtype == np.float64 and b.tolist() == [18.0] and r.tolist() == [18] and n.tolist() == [19]
     b, r, n = conformal_bound(np.array([[3.0, np.nan], [1.0, 2.0]]), 0.5)  # min n for alpha 0.5 is 1
     assert b.tolist() == [3.0, 2.0] and n.tolist() == [1, 2]
