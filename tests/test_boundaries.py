@@ -394,3 +394,30 @@ def test_conformal_threshold_direct_message():
     with pytest.raises(ValueError, match=r"^n = 98 runs are too few for a split-conformal bound at budget 0.01: "
                                          r"need n >= 99$"):
         conformal_threshold(x, 0.01, 0.95, {}, x[::-1])
+
+
+@pytest.mark.parametrize("dist", ["exponential", "lognormal", "beta"])
+def test_conservative_tail_bound_is_the_documented_formula(dist):
+    """evt threshold = max(sample max, return level at upper bounds of the shape and the
+    scale): xi_u = max(xi, 0) + z (1 + max(xi, 0)) / sqrt(k), sigma_u = s0 2k / chi2_{1-g'}(2k)
+    with s0 = sigma (xi > 0) or the mean excess (xi <= 0), g' = 1 - (1 - g)/2, z = Phi^-1(g'),
+    k the exceedances of u. Computed here with scipy from the fitted (u, sigma, xi, zeta)."""
+    rng = np.random.default_rng(5)
+    x = {"exponential": rng.exponential(size=600), "lognormal": rng.lognormal(0.0, 0.6, 600),
+         "beta": rng.beta(2.0, 5.0, 600)}[dist]
+    a, g = 1e-3, 0.9
+    c = calibrate(x, a, g)
+    assert c.method == "evt"
+    u, sigma, xi, zeta = (c.tail[k] for k in ("u", "sigma", "xi", "zeta"))
+    y = np.sort(x)[np.sort(x) > u] - u
+    k = y.size
+    g2 = 1 - (1 - g) / 2
+    z = stats.norm.ppf(g2)
+    xi0 = max(xi, 0.0)
+    s0 = sigma if xi > 0 else float(np.mean(y))
+    xi_u = xi0 + z * (1 + xi0) / math.sqrt(k)
+    s_u = s0 * 2 * k / stats.chi2.ppf(1 - g2, 2 * k)
+    rl = u + s_u / xi_u * ((zeta / a) ** xi_u - 1)
+    assert c.threshold == pytest.approx(max(rl, x.max()), rel=1e-9)
+    assert c.threshold == pytest.approx(u + stats.genpareto.isf(a / zeta, xi_u, 0, s_u), rel=1e-9)
+    assert (xi > 0) == (dist == "lognormal")  # both branches of the scale are exercised
