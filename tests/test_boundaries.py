@@ -421,3 +421,12 @@ def test_conservative_tail_bound_is_the_documented_formula(dist):
     assert c.threshold == pytest.approx(max(rl, x.max()), rel=1e-9)
     assert c.threshold == pytest.approx(u + stats.genpareto.isf(a / zeta, xi_u, 0, s_u), rel=1e-9)
     assert (xi > 0) == (dist == "lognormal")  # both branches of the scale are exercised
+
+
+def test_tail_threshold_direct_message():
+    from tolstat.bounds import TailOptions, tail_fit, tail_threshold
+
+    x = np.random.default_rng(1).exponential(size=40)
+    with pytest.raises(ValueError, match=r"^the order statistic needs n >= 2995 runs for budget 0.001 at confidence "
+                                         r"0.95 .*have n = 40; the tail model was refused: n = 40 < 50 runs required"):
+        tail_threshold(x, 1e-3, 0.95, tail_fit(x, 0.1, 30), np.sort(x)[::-1], TailOptions())
