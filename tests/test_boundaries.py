@@ -430,3 +430,32 @@ def test_tail_threshold_direct_message():
     with pytest.raises(ValueError, match=r"^the order statistic needs n >= 2995 runs for budget 0.001 at confidence "
                                          r"0.95 .*have n = 40; the tail model was refused: n = 40 < 50 runs required"):
         tail_threshold(x, 1e-3, 0.95, tail_fit(x, 0.1, 30), np.sort(x)[::-1], TailOptions())
+
+
+def test_tail_threshold_estimate_and_bootstrap_settings():
+    """The point estimate is the GPD return level below the tail rate zeta and the empirical
+    quantile at or above it; the bootstrap bound is computed with the options given."""
+    from tolstat.bounds import TailOptions, tail_fit, tail_threshold
+    from tolstat.estimators import bootstrap_return_level_bound
+
+    x = np.random.default_rng(8).exponential(size=400)
+    fit = tail_fit(x, 0.1, 30)
+    assert fit.why_not == "" and fit.tail["zeta"] == 0.1
+    top = np.sort(x)[::-1]
+    for a, p in ((0.1, 0.9),):  # a == zeta: the empirical quantile, not the return level (= u)
+        c = tail_threshold(x, a, 0.95, fit, top, TailOptions())
+        assert c.estimate == np.quantile(x, p, method="higher"), a
+    # each configuration binds a different one of tail_fraction / min_exceedances (k = max of the two)
+    for tf, me in ((0.25, 30), (0.1, 70)):
+        opts = TailOptions(bound="bootstrap", n_resamples=200, tail_fraction=tf, min_exceedances=me)
+        c = tail_threshold(x, 1e-3, 0.9, tail_fit(x, tf, me), top, opts, seed=7)
+        kw = dict(confidence=0.9, n_resamples=200, method="percentile", resampling="parametric", seed=7,
+                  tail_fraction=tf, min_exceedances=me)
+        raw = bootstrap_return_level_bound(x, 1e-3, **kw)
+        assert raw.bound > x.max() and c.threshold == raw.bound
+        dropped = {**kw, "tail_fraction": 0.1, "min_exceedances": 30}  # an argument not passed on
+        assert bootstrap_return_level_bound(x, 1e-3, **dropped).bound != c.threshold
+        for other in (dict(confidence=0.95), dict(n_resamples=1000), dict(seed=0), dict(resampling="nonparametric")):
+            assert bootstrap_return_level_bound(x, 1e-3, **{**kw, **other}).bound != c.threshold, other
+    assert "threshold = 0.9 parametric-bootstrap percentile upper bound (200 resamples; known to under-cover " \
+           "for small tails) of the return level" in c.reason
