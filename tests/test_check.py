@@ -276,6 +276,8 @@ def test_probability_format_boundary_and_unknown_method():
 
 def test_assert_close_hides_its_frame_from_pytest(pytester):
     """A failing assert_close shows the caller's line and the message, not library frames."""
+    if "MUTANT_UNDER_TEST" in __import__("os").environ:
+        pytest.skip("an in-process nested pytest run breaks mutmut's test-to-function bookkeeping")
     pytester.makepyfile("""
 import numpy as np
 from table_helpers import group, table
