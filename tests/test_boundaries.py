@@ -459,3 +459,21 @@ def test_tail_threshold_estimate_and_bootstrap_settings():
             assert bootstrap_return_level_bound(x, 1e-3, **{**kw, **other}).bound != c.threshold, other
     assert "threshold = 0.9 parametric-bootstrap percentile upper bound (200 resamples; known to under-cover " \
            "for small tails) of the return level" in c.reason
+
+
+def test_split_budget_single_check_and_defaults():
+    from tolstat.bounds import TailOptions, split_budget, tail_fit, tail_threshold
+
+    assert split_budget(0.01, 1) == pytest.approx(0.01, rel=1e-15)
+    assert split_budget(0.01, 1, method="bonferroni") == 0.01
+    with pytest.raises(ValueError, match="n_checks must be a positive integer, got 0"):
+        split_budget(0.01, 0)
+    # tail_threshold's default seed is 0; the conservative bound names its upper bounds
+    x = np.random.default_rng(8).exponential(size=400)
+    fit, top = tail_fit(x, 0.1, 30), np.sort(x)[::-1]
+    opts = TailOptions(bound="bootstrap", n_resamples=100)
+    assert tail_threshold(x, 1e-3, 0.9, fit, top, opts).threshold == \
+        tail_threshold(x, 1e-3, 0.9, fit, top, opts, seed=0).threshold
+    c = tail_threshold(x, 1e-3, 0.9, fit, top, TailOptions())
+    assert "threshold = return level at upper 0.95 bounds of the shape (xi <= " in c.reason
+    assert "never assuming a bounded tail) and of the scale (sigma <= " in c.reason
