@@ -33,7 +33,6 @@ import fcntl
 import json
 import os
 import shutil
-import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +43,8 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 from ._dtypes import canonical_dtype
+from ._util import _tmp_path, clean_stale, remove_tree
+from ._validate import code_fingerprint
 from ._version import __version__
 from ._runs import _as_inputs, _merged, _name, _provenance, _record, hardware_fingerprint
 from .dataset import BUILTIN_COVARIATES, DEFAULT_SAMPLE_SIZE, RUN_STATS, SAMPLE_VARS, RunRecord, build_dataset, _label_value
@@ -56,7 +57,8 @@ LOG = "done.log"
 MANIFEST_VERSION = 1
 #: manifest keys that must match for a resume
 IDENTITY = ("op", "dtype", "seed", "runs", "hardware", "labels", "covariates", "sample_size",
-            "rel_floor", "allow_nan", "kernel", "reference", "make_inputs")
+            "rel_floor", "allow_nan", "kernel", "reference", "make_inputs",
+            "kernel_code", "reference_code", "make_inputs_code")
 STRING_LABELS = ("op", "dtype", "hardware", "platform", "shape")
 
 
@@ -96,6 +98,9 @@ def _manifest(*, op: str, dtype: str, seed: int, runs: int, hardware: str,
         "rel_floor": None if rel_floor is None else float(rel_floor),
         "allow_nan": bool(allow_nan),
         "kernel": _name(kernel), "reference": _name(reference), "make_inputs": _name(make_inputs),
+        # identity by code, not by name: a kernel whose body changed is another kernel
+        "kernel_code": code_fingerprint(kernel), "reference_code": code_fingerprint(reference),
+        "make_inputs_code": code_fingerprint(make_inputs),
         "chunk_runs": int(chunk_runs),
         "complete": False,
     }
@@ -205,7 +210,8 @@ def _create_store(store: Path, rec0: RunRecord, manifest: dict[str, Any]) -> Non
         if var.dims and var.dims[0] == "run":
             first = srun if "sample" in var.dims else min(runs, 8 * crun)
             enc[str(name)] = {"chunks": (first,) + tuple(var.shape[1:])}
-    tmp = store.with_name(f".{store.name}.tmp-{uuid.uuid4().hex[:8]}")
+    clean_stale(store)  # pre-allocated copies of killed creators
+    tmp = _tmp_path(store)
     try:
         ds.to_zarr(tmp, mode="w-", zarr_format=2, consolidated=False, encoding=enc,
                    write_empty_chunks=True)
@@ -399,11 +405,13 @@ def _check_store_args(kernel: Any, reference: Any, make_inputs: Any, runs: Any, 
 def _open_or_create(path: Path, manifest: dict[str, Any], overwrite: bool,
                     measure: Callable[[int], RunRecord]) -> tuple[dict[str, Any], RunRecord | None]:
     """Resume a store made with the same arguments, or create it from run 0 (returned)."""
-    if overwrite and path.exists():
-        shutil.rmtree(path)
+    if overwrite and (path.exists() or path.is_symlink()):
+        remove_tree(path)
     if path.exists():
         old = _read_manifest(path)
-        diff = [f"{key}: store has {old.get(key)!r}, call has {manifest[key]!r}"
+        diff = [(f"{key[:-5]}: the code of {manifest[key[:-5]]!r} differs from the one the store "
+                 f"was collected with (code hash {old.get(key)!r} vs {manifest[key]!r})")
+                if key.endswith("_code") else f"{key}: store has {old.get(key)!r}, call has {manifest[key]!r}"
                 for key in IDENTITY if old.get(key) != manifest[key]]
         if diff:
             raise ValueError(
