@@ -12,7 +12,7 @@ PKG = Path(__file__).resolve().parents[1] / "tolstat"
 #: the layers of the data flow, first to last; a module may import modules of its own
 #: layer or of earlier ones, never later ones (a new module must be given a layer here)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("tolstat._version", "tolstat._dtypes", "tolstat._util")),
+    ("foundation", ("tolstat._version", "tolstat._dtypes", "tolstat._validate", "tolstat._util")),
     ("metrics", ("tolstat.metrics",)),
     ("dataset", ("tolstat.dataset", "tolstat.errors", "tolstat.statistics", "tolstat._runs", "tolstat.io",
                  "tolstat.stream", "tolstat.collect")),

@@ -18,7 +18,7 @@ import numpy as np
 
 __all__ = [
     "MIN_BUDGET", "MAX_BUDGET", "unit_interval", "finite_number", "budget", "count",
-    "label_name", "label_value", "covariates", "float_array", "code_fingerprint", "record_digest",
+    "label_name", "label_value", "covariates", "float_array", "code_fingerprint", "duplicate_rows",
 ]
 
 #: smallest false-positive budget accepted: an order-statistic threshold at this budget
@@ -79,8 +79,8 @@ def unit_interval(name: str, value: Any) -> float:
     return f
 
 
-def budget(name: str, value: Any) -> float:
-    """A false-positive budget: a probability in ``[MIN_BUDGET, MAX_BUDGET]`` = [1e-9, 0.5].
+def budget(name: str, value: Any, lo: float = MIN_BUDGET) -> float:
+    """A false-positive budget: a probability in ``[lo, MAX_BUDGET]``, by default [1e-9, 0.5].
 
     Raises
     ------
@@ -91,12 +91,12 @@ def budget(name: str, value: Any) -> float:
     try:
         f = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a probability in [{MIN_BUDGET:g}, {MAX_BUDGET:g}], "
+        raise ValueError(f"{name} must be a probability in [{lo:g}, {MAX_BUDGET:g}], "
                          f"got {_short(value)}") from None
-    if not (MIN_BUDGET <= f <= MAX_BUDGET):
+    if not (lo <= f <= MAX_BUDGET):
         raise ValueError(
-            f"{name} must be a probability in [{MIN_BUDGET:g}, {MAX_BUDGET:g}] (the largest chance "
-            f"that a check of a correct kernel fails; below {MIN_BUDGET:g} no realistic calibration "
+            f"{name} must be a probability in [{lo:g}, {MAX_BUDGET:g}] (the largest chance "
+            f"that a check of a correct kernel fails; below {lo:g} no realistic calibration "
             f"can support it), got {f!r}"
         )
     return f
@@ -272,30 +272,25 @@ def _safe_repr(v: Any) -> str:
     return re.sub(r" at 0x[0-9a-f]+", "", r)  # object reprs with addresses are not stable
 
 
-def record_digest(columns: Mapping[str, np.ndarray], rows: int,
-                  exclude: Callable[[str], bool] = lambda name: False) -> np.ndarray:
-    """Per-row content digest (uint64) of the arrays along the first axis of ``columns``.
+def duplicate_rows(columns: Mapping[str, np.ndarray], rows: int) -> np.ndarray:
+    """Indices of rows equal, in every column, to an earlier row (exact byte equality).
 
-    Two rows get the same digest when every column holds the same bytes in that row
-    (NaN padding included), so exact duplicate runs are found in one pass.
+    Each column is an array whose first axis has length ``rows``; string columns are
+    compared as text, float columns bit by bit (so NaN padding compares equal).
     """
-    h = np.zeros(rows, dtype=np.uint64)
+    if rows < 2:
+        return np.zeros(0, dtype=np.int64)
+    parts = []
     for name in sorted(columns):
-        if exclude(name):
-            continue
         v = np.asarray(columns[name])
         if v.shape[:1] != (rows,):
-            continue
-        if v.dtype.kind in "UO":
-            col = np.array([hash(str(x)) for x in v.ravel()], dtype=np.int64).view(np.uint64).reshape(rows, -1)
-        else:
-            b = np.ascontiguousarray(v).view(np.uint8).reshape(rows, -1)
-            pad = (-b.shape[1]) % 8
-            if pad:
-                b = np.concatenate([b, np.zeros((rows, pad), np.uint8)], axis=1)
-            col = b.view(np.uint64)
-        with np.errstate(over="ignore"):
-            for j in range(col.shape[1]):
-                h = (h ^ col[:, j]) * np.uint64(0x100000001B3) + np.uint64(j + 1)
-            h = h * np.uint64(0x9E3779B97F4A7C15) + np.uint64(len(name))
-    return h
+            raise ValueError(f"column {name!r} has {v.shape[:1]} rows, expected {rows}")
+        if v.dtype.kind == "O":
+            v = v.astype(str)
+        parts.append(np.ascontiguousarray(v).reshape(rows, -1).view(np.uint8).reshape(rows, -1))
+    mat = np.ascontiguousarray(np.concatenate(parts, axis=1))
+    rowv = mat.view(np.dtype((np.void, mat.shape[1]))).ravel()
+    _, first = np.unique(rowv, return_index=True)
+    dup = np.ones(rows, dtype=bool)
+    dup[first] = False
+    return np.flatnonzero(dup)

@@ -34,6 +34,9 @@ __all__ = [
     "label_names",
     "covariate_names",
     "GROUP_DIMS",
+    "DuplicateRunsWarning",
+    "duplicate_runs",
+    "drop_duplicate_runs",
 ]
 
 SCHEMA_VERSION = 1
@@ -494,6 +497,46 @@ def _check_consistent(ds: xr.Dataset, s: np.ndarray, ns: np.ndarray, source: str
         i = int(np.flatnonzero(under)[0])
         _fail(f"run {i}: 'max_abs' {mx[i]!r} is larger than every sampled error (largest {smax[i]!r}); "
               f"the sample always holds the largest error ({int(under.sum())} run(s); edited data?)", source)
+
+
+class DuplicateRunsWarning(UserWarning):
+    """Exact copies of runs were found in an error dataset and dropped."""
+
+
+def duplicate_runs(ds: xr.Dataset) -> np.ndarray:
+    """Indices of runs that are exact copies of an earlier run of ``ds``.
+
+    A run's record is every run-level variable (labels incl. ``seed`` and
+    ``run_index``, run statistics, quantiles, covariates); two distinct measurements
+    practically never agree bit for bit in all of them, while a dataset concatenated
+    with itself (or a file merged twice) does. The element sample is not compared (the
+    record already identifies the run).
+    """
+    n = ds.sizes["run"]
+    cols = {str(name): np.asarray(var.values) for name, var in ds.variables.items()
+            if var.dims[:1] == ("run",) and "sample" not in var.dims and name != "run"}
+    return _validate.duplicate_rows(cols, n)
+
+
+def drop_duplicate_runs(ds: xr.Dataset, *, warn: bool = True) -> xr.Dataset:
+    """``ds`` without exact duplicate runs (see :func:`duplicate_runs`).
+
+    Calibration counts runs as independent draws: three copies of the same 100 runs
+    are 100 runs, not 300 (a threshold "supported" by 300 would promise more than the
+    data can). With ``warn`` a :class:`DuplicateRunsWarning` says how many were dropped.
+    """
+    dup = duplicate_runs(ds)
+    if dup.size == 0:
+        return ds
+    if warn:
+        import warnings
+
+        warnings.warn(DuplicateRunsWarning(
+            f"{dup.size} of {ds.sizes['run']} runs are exact copies of other runs (same labels, seed, "
+            f"run_index and statistics; first: run {int(dup[0])}); they are dropped, calibrating on "
+            f"{ds.sizes['run'] - dup.size} distinct runs"), stacklevel=3)
+    keep = np.setdiff1d(np.arange(ds.sizes["run"]), dup)
+    return ds.isel(run=keep)
 
 
 def concat(datasets: Iterable[xr.Dataset]) -> xr.Dataset:

@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from ._eval_tolstat import tolstat_methods
 from ._method import Method
+from . import _validate
 from ._util import atomic_write, atomic_write_text
 from ._version import __version__
 from .bounds import NotEnoughData
@@ -153,6 +154,23 @@ class EvalConfig:
     confidence: float = 0.95
     seed: int = 0
     quick: bool = False
+
+    def __post_init__(self) -> None:
+        from . import corpus
+
+        _validate.count("n_cal", self.n_cal)
+        _validate.count("n_test", self.n_test)
+        _validate.budget("fp_budget", self.fp_budget)
+        _validate.unit_interval("confidence", self.confidence)
+        if self.ops is not None:
+            unknown = sorted(set(self.ops) - set(corpus.OPS))
+            if unknown or not self.ops:
+                raise ValueError(f"unknown op(s) {unknown or self.ops}; known: {sorted(corpus.OPS)}")
+        from ._dtypes import canonical_dtype
+
+        self.dtypes = tuple(canonical_dtype(d) for d in self.dtypes)
+        if not self.dtypes:
+            raise ValueError("dtypes must name at least one dtype")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "EvalConfig":
