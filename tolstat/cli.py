@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 import xarray as xr
@@ -116,13 +116,18 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
 
 def _parse_covariates(items: Sequence[str] | None) -> dict[str, float]:
-    out: dict[str, float] = {}
+    from ._validate import covariates
+
+    out: dict[str, Any] = {}
     for item in items or ():
         name, sep, value = item.partition("=")
         if not sep:
-            raise ValueError(f"covariate {item!r} must be NAME=VALUE")
-        out[name.strip()] = float(value)
-    return out
+            raise ValueError(f"--cov {item!r} must be NAME=VALUE")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"--cov {item!r}: {value!r} is not a number") from None
+    return covariates(out, what="--cov")
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -133,7 +138,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     by = ("op", "dtype") if args.pool_hardware else ("op", "dtype", "hardware")
     table = select(ds, fp_budget=args.fp_budget, confidence=args.confidence, method=args.method,
                    statistic=stat, form=args.form, by=by)
-    table.to_json(args.output)
+    if args.output.lower().endswith(".json"):
+        table.to_json(args.output)
+    else:
+        table.to_netcdf(args.output)
     print(table)
     print(f"wrote {args.output}")
     return 0
@@ -170,22 +178,62 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors on ONE line (``tolstat CMD: error: ...``), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {_one_line(message)} (see '{self.prog} --help')\n")
+
+
+def _one_line(msg: Any) -> str:
+    return " ".join(str(msg).split())
+
+
+def _arg(check: Callable[[str, Any], Any], name: str, conv: Callable[[str], Any] = float) -> Callable[[str], Any]:
+    """An argparse ``type``: convert, then validate with a :mod:`tolstat._validate` checker."""
+    def parse(text: str) -> Any:
+        try:
+            return check(name, conv(text))
+        except (TypeError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc).replace(f"{name} must", "must")) from None
+
+    parse.__name__ = name  # argparse names the type in its messages
+    return parse
+
+
+def _suffix(name: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if not text.lower().endswith(allowed):
+            raise argparse.ArgumentTypeError(f"{text!r} must end in {' or '.join(allowed)}")
+        return text
+
+    parse.__name__ = name
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tolstat`` command."""
-    p = argparse.ArgumentParser(prog="tolstat", description=__doc__)
+    from . import _validate as V
+
+    count = _arg(V.count, "count", int)
+    budget = _arg(V.budget, "budget")
+    conf = _arg(V.unit_interval, "confidence")
+    p = _Parser(prog="tolstat", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="collect errors of a bundled numpy matmul kernel and summarise")
-    d.add_argument("--runs", type=int, default=100)
+    d.add_argument("--runs", type=count, default=100)
     d.add_argument("--seed", type=int, default=0)
-    d.add_argument("-o", "--output", help="save the error dataset (.nc or .zarr)")
+    d.add_argument("-o", "--output", type=_suffix("path", (".nc", ".zarr")),
+                   help="save the error dataset (.nc or .zarr)")
     d.set_defaults(func=_cmd_demo)
     e = sub.add_parser("evaluate", help="the main job: recall and false positives of tolerance "
                        "methods on the embedded kernel corpus, side by side")
     e.add_argument("--quick", action="store_true", help="small shapes and fewer checks (about a minute)")
-    e.add_argument("--fp-budget", type=float, default=None, help="false-positive budget per check (default 0.01)")
-    e.add_argument("--confidence", type=float, default=None, help="confidence of thresholds (default 0.95)")
-    e.add_argument("--n-cal", type=int, default=None, help="calibration cases per (op, dtype)")
-    e.add_argument("--n-test", type=int, default=None, help="test cases per (op, dtype)")
+    e.add_argument("--fp-budget", type=budget, default=None,
+                   help="false-positive budget per check, in [1e-9, 0.5] (default 0.01)")
+    e.add_argument("--confidence", type=conf, default=None, help="confidence of thresholds (default 0.95)")
+    e.add_argument("--n-cal", type=count, default=None, help="calibration cases per (op, dtype)")
+    e.add_argument("--n-test", type=count, default=None, help="test cases per (op, dtype)")
     e.add_argument("--ops", help="comma-separated ops (default: all)")
     e.add_argument("--seed", type=int, default=None)
     e.add_argument("-o", "--output", default="tolstat-results", help="output folder")
@@ -194,26 +242,27 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     e.set_defaults(func=_cmd_evaluate)
     c = sub.add_parser("collect", help="collect an error dataset of the corpus's correct kernels")
-    c.add_argument("-o", "--output", required=True, help=".nc or .zarr")
+    c.add_argument("-o", "--output", required=True, type=_suffix("path", (".nc", ".zarr")), help=".nc or .zarr")
     c.add_argument("--ops", help="comma-separated ops (default: all)")
     c.add_argument("--dtypes", default="float16,bfloat16")
-    c.add_argument("--cases", type=int, default=100, help="cases per (op, dtype)")
+    c.add_argument("--cases", type=count, default=100, help="cases per (op, dtype)")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--quick", action="store_true")
     c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     c.set_defaults(func=_cmd_collect)
     k = sub.add_parser("calibrate", help="select thresholds under a false-positive budget -> TABLE.json")
     k.add_argument("errors", help="error dataset (.nc or .zarr)")
-    k.add_argument("--fp-budget", type=float, required=True,
-                   help="largest probability that a check of a correct run fails")
-    k.add_argument("--confidence", type=float, default=0.95)
+    k.add_argument("--fp-budget", type=budget, required=True,
+                   help="largest probability that a check of a correct run fails, in [1e-9, 0.5]")
+    k.add_argument("--confidence", type=conf, default=0.95)
     k.add_argument("--method", default="auto", choices=["auto", "order_statistic", "conformal", "evt"])
     k.add_argument("--statistic", default="max_abs", choices=["max_abs", "max_ulp", "max_rel"])
     k.add_argument("--form", default=None, choices=["allclose", "size_aware", "normalised", "baseline"],
                    help="noise-scale model: thresholds that scale with |ref| and problem size")
     k.add_argument("--bias", action="store_true", help="add the bias statistic (budget split)")
     k.add_argument("--pool-hardware", action="store_true", help="one entry per (op, dtype) over all hardware")
-    k.add_argument("-o", "--output", required=True, help="TABLE.json")
+    k.add_argument("-o", "--output", required=True, type=_suffix("path", (".json", ".nc")),
+                   help="TABLE.json (or TABLE.nc)")
     k.set_defaults(func=_cmd_calibrate)
     h = sub.add_parser("check", help="check a kernel output (.npy) against its reference with a table")
     h.add_argument("actual", help=".npy (or single-array .npz) kernel output")
@@ -238,9 +287,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, TypeError, KeyError, FileNotFoundError) as exc:
-        print(f"tolstat: error: {exc}", file=sys.stderr)
-        return 2
+    except KeyError as exc:  # str(KeyError) quotes its message
+        msg = exc.args[0] if exc.args else exc
+    except (ValueError, TypeError, OSError, RuntimeError) as exc:
+        msg = exc if str(exc) else type(exc).__name__
+    print(f"tolstat {args.command}: error: {_one_line(msg)}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

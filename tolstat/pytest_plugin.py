@@ -33,7 +33,9 @@ Fixtures
 
 from __future__ import annotations
 
+
 import math
+import os
 import tomllib
 from pathlib import Path
 from typing import Any, Mapping
@@ -141,8 +143,22 @@ class TolstatSession:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Create the session state."""
-    config.stash[_KEY] = TolstatSession(config)
+    """Create the session state; a bad ``--tolstat-record`` path is a usage error now, not
+    a lost recording at the end of the session."""
+    st = TolstatSession(config)
+    if st.record_path:
+        from .io import format_for
+
+        p = Path(st.record_path)
+        try:
+            format_for(p)
+        except ValueError as exc:
+            raise pytest.UsageError(f"tolstat: --tolstat-record: {exc}") from None
+        if not p.parent.is_dir():
+            raise pytest.UsageError(f"tolstat: --tolstat-record: directory {os.fspath(p.parent)!r} does not exist")
+        if p.is_dir() and not p.is_symlink() and p.suffix.lower() != ".zarr":
+            raise pytest.UsageError(f"tolstat: --tolstat-record: {os.fspath(p)!r} is a directory")
+    config.stash[_KEY] = st
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
