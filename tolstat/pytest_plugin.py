@@ -33,7 +33,6 @@ Fixtures
 
 from __future__ import annotations
 
-
 import math
 import os
 import tomllib

@@ -130,6 +130,8 @@ def _check_group_keys(groups: Sequence[Any], statistics: list[str]) -> None:
         for k in ("op", "dtype", "hardware", "n", "statistics"):
             if k not in g:
                 raise ValueError(f"table group {i} has no {k!r}")
+        for k in ("op", "dtype", "hardware"):  # before numpy strings drop a trailing NUL
+            _validate.label_value(f"table group {i} {k}", g[k])
         for st in statistics:
             if not isinstance(g["statistics"], Mapping) or st not in g["statistics"]:
                 raise ValueError(f"table group {i} ({g['op']}, {g['dtype']}, {g['hardware']}) has no "
@@ -193,6 +195,7 @@ def check_table_data(d: xr.Dataset, source: str | None = None) -> None:
     thr = np.asarray(d["threshold"].values, dtype=np.float64)
     meth = np.asarray(d["method"].values).astype(str)
     for (i, j), t in np.ndenumerate(thr):
+        t = float(t)
         name = f"group {groups[i]} statistic {stats[j]!r}"
         if math.isnan(t):
             if meth[i, j] != "refused":
