@@ -185,10 +185,17 @@ def _publish_dir(tmp: Path, dest: Path) -> None:
             _remove(version)
             raise
         _remove(link)
-        # every other version is superseded: readers still in one retry (open_errors)
+        # every other version is superseded. It is first renamed away in one step, then
+        # deleted: a reader that read a whole version and finds it still in place after
+        # the read knows that it read an intact copy (tolstat.open_errors retries otherwise)
         for p in dest.parent.iterdir():
             if p.name.startswith(f".{dest.name}.{_VER}") and p.name != version.name:
-                _remove(p)
+                trash = _tmp_path(dest, "old")
+                try:
+                    os.rename(p, trash)
+                except FileNotFoundError:
+                    continue
+                _remove(trash)
         _fsync_dir(dest.parent)
 
 

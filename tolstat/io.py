@@ -145,7 +145,16 @@ def open_errors(path: str | os.PathLike[str], chunks: Any = None) -> xr.Dataset:
         real = p.resolve()
         try:
             ds = _read(real, fmt, chunks)
+            if fmt == "zarr" and chunks is None and not real.is_dir():
+                # the version was retired while we read it: some chunks may have been
+                # missing (read as fill values); read the current version again
+                raise _Retired(os.fspath(real))
             break
+        except _Retired:
+            if attempt + 1 < _RETRIES:
+                continue
+            raise ValueError(f"{os.fspath(p)!r} was replaced {_RETRIES} times while being read; "
+                             "try again when the writers are done") from None
         except (FileNotFoundError, PermissionError) as exc:
             if attempt + 1 < _RETRIES and p.resolve() != real:
                 continue
@@ -163,7 +172,11 @@ def open_errors(path: str | os.PathLike[str], chunks: Any = None) -> xr.Dataset:
     return validate(ds, source=os.fspath(p))
 
 
-_RETRIES = 5
+_RETRIES = 8
+
+
+class _Retired(Exception):
+    """The version directory being read was retired by a concurrent save."""
 
 
 def _read(real: Path, fmt: str, chunks: Any) -> xr.Dataset:
