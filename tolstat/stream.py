@@ -132,7 +132,16 @@ def _zarr_group(path: Path, mode: str = "r+") -> Any:
 def _arrays(group: Any) -> dict[str, Any]:
     """The group's arrays, configured to write every chunk (also all-fill-value ones), so
     that :func:`tolstat.open_errors` finds no missing chunk."""
-    return {name: arr.with_config({"write_empty_chunks": True}) for name, arr in group.arrays()}
+    import zarr
+
+    with zarr.config.set({"array.write_empty_chunks": True}):  # zarr < 3.1.3: config at open
+        arrays = dict(group.arrays())
+    return {name: _write_empty(arr) for name, arr in arrays.items()}
+
+
+def _write_empty(arr: Any) -> Any:
+    with_config = getattr(arr, "with_config", None)
+    return with_config({"write_empty_chunks": True}) if with_config is not None else arr
 
 
 def _read_manifest(store: Path) -> dict[str, Any]:
@@ -263,10 +272,11 @@ def _finalize(store: Path, manifest: dict[str, Any], log: Mapping[int, Mapping[s
     for name in list(STRING_LABELS) + label_names:
         values = np.array([log[i][name] for i in range(runs)], dtype=str)
         old = arrays[name]
-        new = g.create_array(name, shape=values.shape, dtype=values.dtype,
-                             chunks=old.chunks, overwrite=True,
-                             attributes={"_ARRAY_DIMENSIONS": ["run"]})
-        new.with_config({"write_empty_chunks": True})[:] = values
+        with zarr.config.set({"array.write_empty_chunks": True}):
+            new = g.create_array(name, shape=values.shape, dtype=values.dtype,
+                                 chunks=old.chunks, overwrite=True,
+                                 attributes={"_ARRAY_DIMENSIONS": ["run"]})
+        _write_empty(new)[:] = values
     n_sample = np.asarray(arrays["n_sample"][:])
     k = min(int(manifest["sample_size"]), max(int(n_sample.max()), 1))
     for name in SAMPLE_VARS:
