@@ -154,6 +154,17 @@ def test_bad_covariates_in_check(table, cov, exc, match):
         _check(table, a, e, covariates=cov)
 
 
+def test_bad_covariate_in_allclose(ds):
+    t = tolstat.select(ds, fp_budget=0.05, confidence=0.9, form="size_aware")
+    ent = t.entry("mul3", "float16")
+    with pytest.raises(ValueError, match="covariate 'K' must be a finite number"):
+        ent.allclose({"K": np.inf, "ref_rms": 1.0})
+    with pytest.raises(ValueError, match="covariate 'K' must be a finite number"):
+        t.to_assert_close_kwargs(covariates={"K": np.inf, "ref_rms": 1.0}, skip_unsupported=False)
+    atol, rtol = ent.allclose({"K": 64.0, "ref_rms": 1.0})
+    assert np.isfinite(atol) and np.isfinite(rtol)
+
+
 def test_bad_covariate_in_collect():
     def make(rng):
         return tolstat.Inputs(args=(rng.standard_normal(8),), covariates={"K": float("inf")})

@@ -96,12 +96,15 @@ class ToleranceEntry:
         Raises
         ------
         ValueError
-            ``max_ulp`` or a baseline-relative scale (no allclose form), or missing
-            covariates.
+            ``max_ulp`` or a baseline-relative scale (no allclose form), missing
+            covariates, or a NaN/inf covariate.
+        TypeError
+            A covariate that is not a real number.
         """
         name = self.max_statistic
+        cov = _validate.covariates(covariates)  # finite numbers only: K=inf would switch it off
         return get_statistic(name).allclose_pair(self.statistics[name].threshold, self.dtype, self.scale,
-                                                 covariates)
+                                                 cov)
 
 
 def _f(v: Any) -> Any:
