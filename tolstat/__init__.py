@@ -11,6 +11,10 @@ describes it)::
                                   statistics)
 """
 
+from . import _numba_cache
+
+_numba_cache.install()  # before any @njit(cache=True) kernel is defined: cache outside the package
+
 from ._dtypes import SUPPORTED_DTYPES, canonical_dtype
 from ._version import __version__
 from ._runs import Hardware
@@ -18,6 +22,7 @@ from .collect import Inputs, collect, from_pairs, hardware_fingerprint
 from .dataset import concat, indexed, validate
 from .estimators import fit
 from .io import open_errors, save
+from .merge import merge_records
 from .metrics import ErrorMetrics, error_metrics, ulp_distance
 from .statistics import RunScores, Statistic
 from .scale import ScaleModel, ScaleOptions
@@ -25,7 +30,9 @@ from .bounds import Calibration, Exceedance, NotEnoughData, TailOptions, split_b
 from .table import StatEntry, ToleranceEntry, ToleranceTable, load_table
 from .selection import calibrate, select
 from .checks import CheckResult, assert_close, check
-from . import statistics, stream, tail
+from .hwshift import ShiftResult, shift
+from .comparison import CompareResult, compare
+from . import noise, statistics, stream, tail
 from .stream import StoreProgress, collect_to_store, open_store
 from .estimators.tail import group_topk
 
@@ -43,9 +50,11 @@ __all__ = [
     "Hardware",
     "validate",
     "concat",
+    "merge_records",
     "indexed",
     "save",
     "open_errors",
+    "noise",
     "stream",
     "tail",
     "statistics",
@@ -72,4 +81,8 @@ __all__ = [
     "check",
     "assert_close",
     "CheckResult",
+    "shift",
+    "ShiftResult",
+    "compare",
+    "CompareResult",
 ]

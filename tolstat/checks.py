@@ -108,6 +108,7 @@ def check(
     hardware: str | None = None,
     covariates: Mapping[str, Any] | None = None,
     allow_nan: bool = False,
+    hardware_policy: str | None = None,
 ) -> CheckResult:
     """Check one kernel output against its float64 reference with a calibrated table.
 
@@ -131,6 +132,8 @@ def check(
         could switch the check off.
     allow_nan : bool, default False
         Passed to :func:`tolstat.error_metrics`.
+    hardware_policy : {None, "exact", "pooled", "nearest", "error"}
+        Passed to :meth:`ToleranceTable.entry` (:mod:`tolstat.hwpolicy`).
 
     Returns
     -------
@@ -150,7 +153,7 @@ def check(
     if not isinstance(table, ToleranceTable):
         raise TypeError(f"table must be a ToleranceTable, got {type(table).__name__}")
     dt = canonical_dtype(dtype)
-    ent = table.entry(op, dt, hardware)
+    ent = table.entry(op, dt, hardware, hardware_policy=hardware_policy)
     a = as_array(actual, name="actual")
     e = as_array(expected, name="expected")
     m = error_metrics(a, e, dtype=dt, allow_nan=allow_nan)
@@ -258,6 +261,7 @@ def assert_close(
     covariates: Mapping[str, Any] | None = None,
     allow_nan: bool = False,
     msg: str | None = None,
+    hardware_policy: str | None = None,
 ) -> CheckResult:
     """Like :func:`check`, but raise ``AssertionError`` with an explanation on failure.
 
@@ -274,8 +278,9 @@ def assert_close(
     AssertionError
         The check failed.
     """
+    __tracebackhide__ = True  # pytest: show the caller's line and the message, not this frame
     r = check(actual, expected, op=op, dtype=dtype, table=table, hardware=hardware, covariates=covariates,
-              allow_nan=allow_nan)
+              allow_nan=allow_nan, hardware_policy=hardware_policy)
     if not r.passed:
         text = r.message()
         raise AssertionError(f"{msg}\n{text}" if msg else text)

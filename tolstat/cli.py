@@ -96,19 +96,27 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.per_bug:
         print()
         print(per_bug_table(res))
+    from .hwshift import evaluate_hook  # a GPU dataset in tolstat/data/: print the shift report
+
+    shift_text = evaluate_hook(res.calibration, fp_budget=cfg.fp_budget, confidence=cfg.confidence)
+    if shift_text:
+        print("\n" + shift_text)
     paths = write_outputs(res, args.output, plots=not args.no_plots)
     print("\nwrote " + ", ".join(str(p) for p in paths))
     return 0
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from . import save
+    from . import _cli_collect, save
     from .evaluate import EvalConfig, calibration_dataset
 
-    ops = args.ops.split(",") if args.ops else None
-    cfg = EvalConfig(ops=ops, dtypes=tuple(args.dtypes.split(",")), n_cal=args.cases,
-                     seed=args.seed, quick=args.quick)
-    ds = calibration_dataset(cfg, progress=args.progress)
+    if _cli_collect.wanted(args):
+        ds = _cli_collect.run(args)
+    else:
+        ops = args.ops.split(",") if args.ops else None
+        cfg = EvalConfig(ops=ops, dtypes=tuple(args.dtypes.split(",")), n_cal=args.cases,
+                         seed=args.seed, quick=args.quick)
+        ds = calibration_dataset(cfg, progress=args.progress)
     save(ds, args.output)
     print(summary_table(ds))
     print(f"wrote {args.output} ({ds.sizes['run']} runs)")
@@ -117,6 +125,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
 def _parse_covariates(items: Sequence[str] | None) -> dict[str, float]:
     from ._validate import covariates
+    from .dataset import BUILTIN_COVARIATES
 
     out: dict[str, Any] = {}
     for item in items or ():
@@ -127,7 +136,7 @@ def _parse_covariates(items: Sequence[str] | None) -> dict[str, float]:
             out[name.strip()] = float(value)
         except ValueError:
             raise ValueError(f"--cov {item!r}: {value!r} is not a number") from None
-    return covariates(out, what="--cov")
+    return covariates(out, computed=BUILTIN_COVARIATES, what="--cov")
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -147,27 +156,51 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_array(path: str) -> np.ndarray:
-    if path.endswith(".npz"):
-        with np.load(path) as z:
-            if len(z.files) != 1:
-                raise ValueError(f"{path}: expected one array in the .npz, found {z.files}")
-            return z[z.files[0]]
-    return np.load(path, allow_pickle=False)
+def _load_array(path: str, dtype: str | None = None) -> np.ndarray:
+    from ._npy import load_array
+
+    return load_array(path, dtype)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from . import check, load_table
 
     table = load_table(args.table)
-    res = check(_load_array(args.actual), _load_array(args.expected), op=args.op,
+    actual, expected = _load_array(args.actual, args.dtype), _load_array(args.expected, args.dtype)
+    res = check(actual, expected, op=args.op,
                 dtype=args.dtype, table=table, hardware=args.hardware,
-                covariates=_parse_covariates(args.cov))
+                covariates=_parse_covariates(args.cov), hardware_policy=args.hardware_policy)
     print(res.message() if not res.passed else
           f"PASS {args.op}/{res.dtype}: " + ", ".join(
               f"{k}={v:.4g} <= {res.thresholds[k]:.4g} ({100 * res.ratios[k]:.1f}% of threshold)"
               for k, v in res.statistics.items()))
     return 0 if res.passed else 1
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from . import merge_records, open_errors, save
+
+    ds = merge_records([open_errors(p) for p in args.inputs], dedupe=not args.keep_duplicates)
+    save(ds, args.output)
+    print(f"wrote {args.output} ({ds.sizes['run']} runs)")
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from . import load_table
+    from .review import show_table
+
+    print(show_table(load_table(args.table), name=args.table))
+    return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from . import load_table
+    from .review import diff_tables
+
+    print(diff_tables(load_table(args.old), load_table(args.new), names=(args.old, args.new),
+                      changed_only=args.changed_only))
+    return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -211,6 +244,25 @@ def _suffix(name: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
+def _cmd_shift(args: argparse.Namespace) -> int:
+    from . import open_errors, shift
+
+    res = shift(open_errors(args.a), open_errors(args.b), fp_budget=args.fp_budget,
+                confidence=args.confidence, form=None if args.form == "none" else args.form)
+    print(res.to_text())
+    if args.output:
+        res.to_json(args.output)
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _one_line_error(parser: argparse.ArgumentParser) -> None:
+    def error(message: str) -> None:
+        parser.exit(2, f"{parser.prog}: error: {message}\n")
+
+    parser.error = error  # type: ignore[method-assign]
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tolstat`` command."""
     from . import _validate as V
@@ -241,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--no-plots", action="store_true")
     e.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     e.set_defaults(func=_cmd_evaluate)
-    c = sub.add_parser("collect", help="collect an error dataset of the corpus's correct kernels")
+    c = sub.add_parser("collect", help="collect an error dataset of your kernel (--kernel MODULE:FUNCTION "
+                       "...) or of the corpus's correct kernels")
     c.add_argument("-o", "--output", required=True, type=_suffix("path", (".nc", ".zarr")), help=".nc or .zarr")
     c.add_argument("--ops", help="comma-separated ops (default: all)")
     c.add_argument("--dtypes", default="float16,bfloat16")
@@ -249,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--quick", action="store_true")
     c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    from ._cli_collect import add_arguments as _user_kernel_arguments
+
+    _user_kernel_arguments(c)
     c.set_defaults(func=_cmd_collect)
     k = sub.add_parser("calibrate", help="select thresholds under a false-positive budget -> TABLE.json")
     k.add_argument("errors", help="error dataset (.nc or .zarr)")
@@ -272,13 +328,46 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--table", required=True)
     h.add_argument("--hardware", default=None)
     h.add_argument("--cov", action="append", metavar="NAME=VALUE", help="covariate, e.g. K=512")
+    h.add_argument("--hardware-policy", default="error", choices=["exact", "pooled", "nearest", "error"],
+                   help="when this machine (or --hardware) is not in the table (default: error; "
+                        "see docs/plugin.md)")
     h.set_defaults(func=_cmd_check)
+    m = sub.add_parser("merge", help="merge calibration data and CI records (labels/covariates reconciled, "
+                       "repeated records dropped)")
+    m.add_argument("inputs", nargs="+", help="error datasets (.nc or .zarr), preferred first")
+    m.add_argument("-o", "--output", required=True, type=_suffix("path", (".nc", ".zarr")), help=".nc or .zarr")
+    m.add_argument("--keep-duplicates", action="store_true", help="keep repeated identical records")
+    m.set_defaults(func=_cmd_merge)
+    w = sub.add_parser("show", help="list a tolerance table per group (thresholds also as atol/rtol)")
+    w.add_argument("table", help="TABLE.json or .nc")
+    w.set_defaults(func=_cmd_show)
+    f = sub.add_parser("diff", help="per-group changes between two tolerance tables (for review)")
+    f.add_argument("old")
+    f.add_argument("new")
+    f.add_argument("--changed-only", action="store_true", help="leave out unchanged groups")
+    f.set_defaults(func=_cmd_diff)
     r = sub.add_parser("report", help="write a Markdown report (tables and plots) of an evaluation")
     r.add_argument("results", help="folder written by 'tolstat evaluate'")
     r.set_defaults(func=_cmd_report)
+    t = sub.add_parser("shift", help="does a table calibrated on errors A hold on errors B (another "
+                       "hardware)? score comparison and realised false-positive rate")
+    t.add_argument("a", help="error dataset the table is calibrated on (.nc or .zarr)")
+    t.add_argument("b", help="error dataset of the other hardware")
+    t.add_argument("--fp-budget", type=budget, default=0.01,
+                   help="false-positive budget per check, in [1e-9, 0.5] (default 0.01)")
+    t.add_argument("--confidence", type=conf, default=0.95)
+    t.add_argument("--form", default="allclose",
+                   help="noise-scale model of the score: allclose (default), size_aware, normalised, baseline "
+                        "or none (plain max_abs)")
+    t.add_argument("-o", "--output", help="write the report as JSON")
+    t.set_defaults(func=_cmd_shift)
+    _one_line_error(t)
     s = sub.add_parser("summary", help="summarise an error dataset per (op, dtype, hardware)")
     s.add_argument("errors")
     s.set_defaults(func=_cmd_summary)
+    from .comparison import add_cli as _add_compare  # tolstat compare
+
+    _add_compare(sub)
     return p
 
 

@@ -58,8 +58,14 @@ def as_array(x: Any, *, name: str = "array") -> np.ndarray:
     if hasattr(x, "__dlpack__"):
         try:
             return np.from_dlpack(x)
-        except Exception as exc:  # pragma: no cover - depends on producer
-            raise TypeError(f"{name}: cannot import {type(x).__name__} via DLPack: {exc}") from exc
+        except Exception as exc:  # numpy refuses bfloat16/float8 DLPack dtypes
+            from ._dlpack import from_dlpack_lowp
+
+            try:
+                return from_dlpack_lowp(x, name=name)
+            except TypeError as low:
+                raise TypeError(f"{name}: cannot import {type(x).__name__} via DLPack: {exc}; "
+                                f"{low}") from exc
     try:
         return np.asarray(x)
     except Exception as exc:
