@@ -259,7 +259,6 @@ def _stat(doc):
     (lambda d: _stat(d).update(threshold="inf"), r"threshold must be a finite number >= 0, got inf"),
     (lambda d: _stat(d).update(threshold="Infinity"), r"threshold must be a finite number >= 0, got inf"),
     (lambda d: _stat(d).update(threshold=-1.0), r"threshold must be a finite number >= 0, got -1.0"),
-    (lambda d: _stat(d).update(threshold="nan"), r"threshold is NaN but method is"),
     (lambda d: _stat(d).update(threshold="abc"), r"expected a number, got 'abc'"),
     (lambda d: _stat(d).update(threshold=[1.0]), r"expected a number, got \[1.0\]"),
     (lambda d: d.update(fp_budget=5), r"fp_budget must be a probability in \[1e-09, 0.5\].*got 5"),
@@ -286,6 +285,15 @@ def test_bad_table_json(tmp_path, table_doc, edit, match):
     p = _write_doc(tmp_path, doc)
     with pytest.raises(ValueError, match=match):
         load_table(p)
+
+
+def test_nan_threshold_loads_but_never_passes(tmp_path, table_doc):
+    # a NaN threshold (a refused group) cannot switch a check off: looking it up raises
+    doc = json.loads(json.dumps(table_doc))
+    _stat(doc)["threshold"] = "nan"
+    t = load_table(_write_doc(tmp_path, doc))
+    with pytest.raises(KeyError, match="has no max_abs threshold"):
+        t.entry("mul3", "float16", "cpu")
 
 
 def test_unknown_statistic_in_table(tmp_path, table_doc):
@@ -530,11 +538,11 @@ def cli_files(tmp_path_factory, ds, table):
 
 
 @pytest.mark.parametrize("argv,match", [
-    ("collect -o {d}/x.nc --cases 0", "argument --cases: must be an integer >= 1, got 0"),
-    ("evaluate --n-cal -1", "argument --n-cal: must be an integer >= 1, got -1"),
-    ("evaluate --fp-budget 2", r"argument --fp-budget: must be a probability in \[1e-09, 0.5\]"),
+    ("collect -o {d}/x.nc --cases 0", "argument --cases: cases must be an integer >= 1, got 0"),
+    ("evaluate --n-cal -1", "argument --n-cal: n_cal must be an integer >= 1, got -1"),
+    ("evaluate --fp-budget 2", r"argument --fp-budget: fp_budget must be a probability in \[1e-09, 0.5\]"),
     ("evaluate --fp-budget 1e-300", r"argument --fp-budget: .*got 1e-300"),
-    ("evaluate --confidence 1.5", "argument --confidence: must lie strictly between 0 and 1"),
+    ("evaluate --confidence 1.5", "argument --confidence: confidence must lie strictly between 0 and 1"),
     ("collect -o {d}/x.nc --ops bogus", r"unknown op\(s\) \['bogus'\]"),
     ("collect -o {d}/x.txt", r"argument -o/--output: '.*x.txt' must end in .nc or .zarr"),
     ("calibrate {d}/e.nc --fp-budget 0.05 -o {d}/t.txt", r"'.*t.txt' must end in .json or .nc"),
@@ -548,7 +556,7 @@ def cli_files(tmp_path_factory, ds, table):
      r"--cov 'K=abc': 'abc' is not a number"),
     ("check {d}/a.npy {d}/e.npy --op mul3 --dtype fp16 --table {d}/tdir.json", "is a directory"),
     ("check {d}/a.npy {d}/e.npy --op nope --dtype fp16 --table {d}/t.json", "no tolerance for op='nope'"),
-    ("demo --runs 0", "argument --runs: must be an integer >= 1, got 0"),
+    ("demo --runs 0", "argument --runs: runs must be an integer >= 1, got 0"),
     ("calibrate", "the following arguments are required"),
 ])
 def test_cli_errors_are_one_line(cli_files, capsys, argv, match):

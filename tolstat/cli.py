@@ -226,11 +226,15 @@ def _arg(check: Callable[[str, Any], Any], name: str, conv: Callable[[str], Any]
     """An argparse ``type``: convert, then validate with a :mod:`tolstat._validate` checker."""
     def parse(text: str) -> Any:
         try:
-            return check(name, conv(text))
+            value = conv(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {conv.__name__} value: {text!r}") from None
+        try:
+            return check(name, value)
         except (TypeError, ValueError) as exc:
-            raise argparse.ArgumentTypeError(str(exc).replace(f"{name} must", "must")) from None
+            raise argparse.ArgumentTypeError(str(exc)) from None
 
-    parse.__name__ = name  # argparse names the type in its messages
+    parse.__name__ = name
     return parse
 
 
@@ -267,13 +271,15 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tolstat`` command."""
     from . import _validate as V
 
-    count = _arg(V.count, "count", int)
-    budget = _arg(V.budget, "budget")
+    def count(flag: str) -> Callable[[str], Any]:
+        return _arg(V.count, flag, int)
+
+    budget = _arg(V.budget, "fp_budget")
     conf = _arg(V.unit_interval, "confidence")
     p = _Parser(prog="tolstat", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     d = sub.add_parser("demo", help="collect errors of a bundled numpy matmul kernel and summarise")
-    d.add_argument("--runs", type=count, default=100)
+    d.add_argument("--runs", type=count("runs"), default=100)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("-o", "--output", type=_suffix("path", (".nc", ".zarr")),
                    help="save the error dataset (.nc or .zarr)")
@@ -284,8 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--fp-budget", type=budget, default=None,
                    help="false-positive budget per check, in [1e-9, 0.5] (default 0.01)")
     e.add_argument("--confidence", type=conf, default=None, help="confidence of thresholds (default 0.95)")
-    e.add_argument("--n-cal", type=count, default=None, help="calibration cases per (op, dtype)")
-    e.add_argument("--n-test", type=count, default=None, help="test cases per (op, dtype)")
+    e.add_argument("--n-cal", type=count("n_cal"), default=None, help="calibration cases per (op, dtype)")
+    e.add_argument("--n-test", type=count("n_test"), default=None, help="test cases per (op, dtype)")
     e.add_argument("--ops", help="comma-separated ops (default: all)")
     e.add_argument("--seed", type=int, default=None)
     e.add_argument("-o", "--output", default="tolstat-results", help="output folder")
@@ -298,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", required=True, type=_suffix("path", (".nc", ".zarr")), help=".nc or .zarr")
     c.add_argument("--ops", help="comma-separated ops (default: all)")
     c.add_argument("--dtypes", default="float16,bfloat16")
-    c.add_argument("--cases", type=count, default=100, help="cases per (op, dtype)")
+    c.add_argument("--cases", type=count("cases"), default=100, help="cases per (op, dtype)")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--quick", action="store_true")
     c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
