@@ -75,6 +75,7 @@ HELPER = textwrap.dedent(
         def record(path, v):  # the plugin's --tolstat-record writer
             st = TolstatSession.__new__(TolstatSession)
             st.record_path, st.records = path, list(recs[v])
+            st.parts_dir, st.worker = None, None
             st.write()
 
         return {

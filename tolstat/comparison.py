@@ -49,7 +49,6 @@ import json
 import math
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -608,16 +607,10 @@ class CompareResult:
 
 
 def _atomic(dest: Path, write: Any) -> Path:
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, dest)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return dest
+    """The package's one atomic writer (unique temporary, one rename, stale cleanup)."""
+    from ._util import atomic_write
+
+    return atomic_write(dest, write)
 
 
 def _nan_to_none(o: Any) -> Any:

@@ -300,7 +300,8 @@ class TolstatSession:
         from .merge import merge_records
 
         dss = [self._dataset()] if self.records else []
-        parts = sorted(Path(self.parts_dir).glob("*.nc")) if self.parts_dir else []
+        parts = sorted(p for p in Path(self.parts_dir).glob("*.nc")  # not temporaries of killed workers
+                       if not p.name.startswith(".")) if self.parts_dir else []
         opened = [open_errors(p).load() for p in parts]
         dss += opened
         out = None
