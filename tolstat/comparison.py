@@ -130,12 +130,16 @@ class Rule:
         Whether the rule makes a false-positive promise (uses the budget).
     data_free : bool
         Whether the rule ignores the calibration data (its scores are computed once).
+    unit : str
+        The statistic that :attr:`Fitted.thresholds` are thresholds of (``"max_abs"``:
+        absolute error, comparable across rules).
     """
 
     name: str = "rule"
     family: str = "static"
     budgeted: bool = False
     data_free: bool = False
+    unit: str = "allclose ratio"
 
     def fit(self, train: xr.Dataset | None, *, budget: float, confidence: float,
             by: Sequence[str]) -> Fitted:
@@ -247,6 +251,7 @@ class StudyRule(Rule):
     """
 
     family = "study"
+    unit = "max_abs"
 
     def __init__(self, name: str = "study p95x1.5", factor: float = 1.5, percentile: float = 95.0):
         if not (factor > 0 and math.isfinite(factor)):
@@ -304,6 +309,14 @@ class SelectRule(Rule):
         if bad:
             raise ValueError(f"method {name!r}: {bad} are set by compare itself (budgets=, confidence=, by=)")
         self.name, self.options = name, dict(options)
+
+    @property
+    def unit(self) -> str:  # type: ignore[override]
+        """``max_score`` with a noise-scale form, else the first max-error statistic."""
+        if self.options.get("form") is not None:
+            return "max_score"
+        stat = self.options.get("statistic", "max_abs")
+        return next(s for s in ([stat] if isinstance(stat, str) else list(stat)) if s != "bias")
 
     def fit(self, train, *, budget, confidence, by):  # noqa: D102
         table = select(train, fp_budget=budget, confidence=confidence, by=tuple(by), on_error="skip",
@@ -882,7 +895,7 @@ class _Cells:
     ratios: dict[tuple[int, int, int], list[np.ndarray]] = field(default_factory=dict)  # held-out, per fold
 
     @classmethod
-    def empty(cls, shape: tuple[int, int, int, int]) -> "_Cells":
+    def empty(cls, shape: tuple[int, int, int, int]) -> _Cells:
         def z() -> np.ndarray:
             return np.zeros(shape, dtype=np.int64)
 
