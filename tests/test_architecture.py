@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("estimators", ("tolstat.estimators", "tolstat.estimators.*", "tolstat.scale", "tolstat.tail")),
     ("selection", ("tolstat.bounds", "tolstat.table", "tolstat.selection")),
     ("checks", ("tolstat.checks", "tolstat.pytest_plugin", "tolstat.report")),
-    ("evaluate", ("tolstat._method", "tolstat._eval_tolstat", "tolstat.evaluate", "tolstat.plots",
+    ("evaluate", ("tolstat._eval_tolstat", "tolstat.evaluate", "tolstat.plots",
                   "tolstat.corpus", "tolstat.corpus.*", "tolstat.hwshift", "tolstat.comparison")),
     ("cli", ("tolstat.cli", "tolstat.corpus.__main__", "tolstat")),
 ]

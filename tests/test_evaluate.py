@@ -112,3 +112,23 @@ def test_cli_evaluate_too_few_calibration_runs(tmp_path, capsys):
     assert "not compared" in captured.out
     doc = json.loads((tmp_path / "results.json").read_text())
     assert "tolstat max_abs" in doc["skipped_methods"]
+
+
+def test_methods_are_the_comparison_rules(capsys):
+    """evaluate scores through tolstat.comparison: one TORCH_DEFAULTS, rules by name or dict, and a
+    rule without a threshold for some checks is skipped loudly, not counted as passing them."""
+    from tolstat import comparison
+    from tolstat.evaluate import TORCH_DEFAULTS, default_methods
+
+    assert TORCH_DEFAULTS is comparison.TORCH_DEFAULTS
+    assert all(isinstance(m, comparison.Rule) for m in default_methods())
+    only_f32 = AllClose("only float32", {"float32": (1e-3, 1e-5)})
+    r = evaluate(EvalConfig.preset("tiny", ops=["gelu"]), progress=False,
+                 methods=["study", {"name": "loose", "atol": 1.0, "rtol": 0.0}, only_f32])
+    assert [m.name for m in r.methods] == ["study", "loose"]
+    assert "no threshold for" in r.skipped["only float32"]
+    assert "skipping 'only float32'" in capsys.readouterr().err
+    loose = r.checks.score.sel(method="loose").values
+    assert np.isfinite(loose).all() and (loose > 0).any()
+    with pytest.raises(ValueError, match="distinct names"):
+        evaluate(EvalConfig.preset("tiny", ops=["gelu"]), progress=False, methods=["study", "study"])

@@ -156,6 +156,10 @@ class Rule:
         """One line: the rule."""
         return self.name
 
+    def describe_at(self, budget: float, confidence: float) -> str:
+        """One line: the rule as calibrated at ``budget`` and ``confidence``."""
+        return self.describe()
+
 
 def _keys(ds: xr.Dataset, by: Sequence[str]) -> np.ndarray:
     """Group key of each run: ``op/dtype/hardware`` with ``*`` for labels not in ``by``."""
@@ -356,8 +360,14 @@ class SelectRule(Rule):
         return Fitted(thr, reasons, score, table)
 
     def describe(self) -> str:  # noqa: D102
+        return self._text("B", "C")
+
+    def describe_at(self, budget: float, confidence: float) -> str:  # noqa: D102
+        return self._text(f"{budget:g}", f"{confidence:g}")
+
+    def _text(self, budget: str, confidence: str) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
-        return f"tolstat.select(fp_budget=B, confidence=C{', ' + opts if opts else ''})"
+        return f"tolstat.select(fp_budget={budget}, confidence={confidence}{', ' + opts if opts else ''})"
 
 
 #: named methods (``methods=`` accepts these names, dicts and :class:`Rule` objects)

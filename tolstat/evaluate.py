@@ -330,7 +330,8 @@ class EvalResult:
             "config": self.config.__dict__,
             "seconds": self.seconds,
             "methods": [{"name": m.name, "family": m.family, "budget": self.budget_of(m),
-                         "rule": m.describe()} for m in self.methods],
+                         "rule": m.describe_at(self.config.fp_budget, self.config.confidence)}
+                        for m in self.methods],
             "summary": self.summary,
             "per_bug": self.per_bug,
             "per_op": self.per_op,
