@@ -16,9 +16,9 @@ Protocol
    is calibrated on the other folds (:meth:`Rule.fit`), then every held-out run gets its
    check statistic as a fraction of the threshold of its group (``ratio``; the check
    fails when ``ratio > 1``). The statistic is recomputed from the dataset's per-run
-   variables exactly as the table defines it (:func:`tolstat.scale.run_scores` and
-   :func:`tolstat.scale.bias_scores`, the functions :func:`tolstat.select` calibrates
-   on); normalised statistics are exact because the element sample keeps each run's
+   variables exactly as the table defines it (each statistic's
+   ``tolstat.statistics.Statistic.run_scores``, the function :func:`tolstat.select`
+   calibrates on); normalised statistics are exact because the element sample keeps each run's
    Pareto front (``docs/schema.md``). No kernel is re-run.
 3. **Measures** per method x group x budget x fold: threshold, held-out false positives
    ``fp / n_test`` with an exact Clopper-Pearson interval at ``confidence``
@@ -60,7 +60,8 @@ from scipy import stats as _st
 
 from ._version import __version__
 from .dataset import concat, validate
-from .scale import ScaleModel, bias_scores, run_scores
+from .scale import ScaleModel, run_scores
+from .statistics import get as get_statistic
 from ._util import ANY
 from .selection import select
 
@@ -299,8 +300,8 @@ class SelectRule(Rule):
     """``tolstat.select(train, fp_budget=budget, confidence=confidence, by=by, **options)``.
 
     Held-out runs are scored from the dataset exactly as the table defines the check:
-    every statistic of the entry (:func:`tolstat.scale.run_scores` with the entry's
-    scale model, :func:`tolstat.scale.bias_scores`) over its threshold, the largest of
+    every statistic of the entry (its registered ``Statistic.run_scores`` with the
+    entry's scale model, as ``select`` calibrated it) over its threshold, the largest of
     them being the run's ratio. Groups ``select`` refuses (too few runs for the budget)
     are kept with the reason (``on_error="skip"``).
     """
@@ -325,8 +326,6 @@ class SelectRule(Rule):
     def fit(self, train, *, budget, confidence, by):  # noqa: D102
         table = select(train, fp_budget=budget, confidence=confidence, by=tuple(by), on_error="skip",
                        **self.options)
-        stat = self.options.get("statistic", "max_abs")
-        base = next(s for s in ([stat] if isinstance(stat, str) else list(stat)) if s != "bias")
         d = table.data
         thr: dict[tuple[str, str, str], float] = {}
         reasons: dict[tuple[str, str, str], str] = {}
@@ -351,8 +350,8 @@ class SelectRule(Rule):
                 idx = np.flatnonzero(kk == k)
                 sub = ds.isel(run=idx) if idx.size != kk.size else ds
                 r = np.zeros(idx.size)
-                for name, st in ent.statistics.items():
-                    x = bias_scores(sub) if name == "bias" else run_scores(sub, ent.scale, base).scores
+                for name, st in ent.statistics.items():  # each as select calibrated it (the registry)
+                    x = get_statistic(name).run_scores(sub, ent.scale).scores
                     r = np.maximum(r, _ratio(x, st.threshold))
                 out[idx] = r
             return out
