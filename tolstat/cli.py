@@ -267,19 +267,38 @@ def _one_line_error(parser: argparse.ArgumentParser) -> None:
     parser.error = error  # type: ignore[method-assign]
 
 
+def _count(flag: str) -> Callable[[str], Any]:
+    from . import _validate
+
+    return _arg(_validate.count, flag, int)
+
+
+def _budget() -> Callable[[str], Any]:
+    from . import _validate
+
+    return _arg(_validate.budget, "fp_budget")
+
+
+def _conf() -> Callable[[str], Any]:
+    from . import _validate
+
+    return _arg(_validate.unit_interval, "confidence")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tolstat`` command."""
-    from . import _validate as V
-
-    def count(flag: str) -> Callable[[str], Any]:
-        return _arg(V.count, flag, int)
-
-    budget = _arg(V.budget, "fp_budget")
-    conf = _arg(V.unit_interval, "confidence")
     p = _Parser(prog="tolstat", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
+    _add_data_commands(sub)
+    _add_table_commands(sub)
+    _add_report_commands(sub)
+    return p
+
+
+def _add_data_commands(sub: Any) -> None:
+    """Subcommands that produce error data: ``demo``, ``evaluate``, ``collect``."""
     d = sub.add_parser("demo", help="collect errors of a bundled numpy matmul kernel and summarise")
-    d.add_argument("--runs", type=count("runs"), default=100)
+    d.add_argument("--runs", type=_count("runs"), default=100)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("-o", "--output", type=_suffix("path", (".nc", ".zarr")),
                    help="save the error dataset (.nc or .zarr)")
@@ -287,11 +306,11 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("evaluate", help="the main job: recall and false positives of tolerance "
                        "methods on the embedded kernel corpus, side by side")
     e.add_argument("--quick", action="store_true", help="small shapes and fewer checks (about a minute)")
-    e.add_argument("--fp-budget", type=budget, default=None,
+    e.add_argument("--fp-budget", type=_budget(), default=None,
                    help="false-positive budget per check, in [1e-9, 0.5] (default 0.01)")
-    e.add_argument("--confidence", type=conf, default=None, help="confidence of thresholds (default 0.95)")
-    e.add_argument("--n-cal", type=count("n_cal"), default=None, help="calibration cases per (op, dtype)")
-    e.add_argument("--n-test", type=count("n_test"), default=None, help="test cases per (op, dtype)")
+    e.add_argument("--confidence", type=_conf(), default=None, help="confidence of thresholds (default 0.95)")
+    e.add_argument("--n-cal", type=_count("n_cal"), default=None, help="calibration cases per (op, dtype)")
+    e.add_argument("--n-test", type=_count("n_test"), default=None, help="test cases per (op, dtype)")
     e.add_argument("--ops", help="comma-separated ops (default: all)")
     e.add_argument("--seed", type=int, default=None)
     e.add_argument("-o", "--output", default="tolstat-results", help="output folder")
@@ -304,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", required=True, type=_suffix("path", (".nc", ".zarr")), help=".nc or .zarr")
     c.add_argument("--ops", help="comma-separated ops (default: all)")
     c.add_argument("--dtypes", default="float16,bfloat16")
-    c.add_argument("--cases", type=count("cases"), default=100, help="cases per (op, dtype)")
+    c.add_argument("--cases", type=_count("cases"), default=100, help="cases per (op, dtype)")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--quick", action="store_true")
     c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
@@ -312,11 +331,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     _user_kernel_arguments(c)
     c.set_defaults(func=_cmd_collect)
+
+
+def _add_table_commands(sub: Any) -> None:
+    """Subcommands around tolerance tables: ``calibrate``, ``check``, ``merge``, ``show``, ``diff``."""
     k = sub.add_parser("calibrate", help="select thresholds under a false-positive budget -> TABLE.json")
     k.add_argument("errors", help="error dataset (.nc or .zarr)")
-    k.add_argument("--fp-budget", type=budget, required=True,
+    k.add_argument("--fp-budget", type=_budget(), required=True,
                    help="largest probability that a check of a correct run fails, in [1e-9, 0.5]")
-    k.add_argument("--confidence", type=conf, default=0.95)
+    k.add_argument("--confidence", type=_conf(), default=0.95)
     k.add_argument("--method", default="auto", choices=["auto", "order_statistic", "conformal", "evt"])
     k.add_argument("--statistic", default="max_abs", choices=["max_abs", "max_ulp", "max_rel"])
     k.add_argument("--form", default=None, choices=["allclose", "size_aware", "normalised", "baseline"],
@@ -352,6 +375,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("new")
     f.add_argument("--changed-only", action="store_true", help="leave out unchanged groups")
     f.set_defaults(func=_cmd_diff)
+
+
+def _add_report_commands(sub: Any) -> None:
+    """Subcommands that report: ``report``, ``shift``, ``summary``, ``compare``."""
     r = sub.add_parser("report", help="write a Markdown report (tables and plots) of an evaluation")
     r.add_argument("results", help="folder written by 'tolstat evaluate'")
     r.set_defaults(func=_cmd_report)
@@ -359,9 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "hardware)? score comparison and realised false-positive rate")
     t.add_argument("a", help="error dataset the table is calibrated on (.nc or .zarr)")
     t.add_argument("b", help="error dataset of the other hardware")
-    t.add_argument("--fp-budget", type=budget, default=0.01,
+    t.add_argument("--fp-budget", type=_budget(), default=0.01,
                    help="false-positive budget per check, in [1e-9, 0.5] (default 0.01)")
-    t.add_argument("--confidence", type=conf, default=0.95)
+    t.add_argument("--confidence", type=_conf(), default=0.95)
     t.add_argument("--form", default="allclose",
                    help="noise-scale model of the score: allclose (default), size_aware, normalised, baseline "
                         "or none (plain max_abs)")
@@ -374,7 +401,6 @@ def build_parser() -> argparse.ArgumentParser:
     from .comparison import add_cli as _add_compare  # tolstat compare
 
     _add_compare(sub)
-    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
