@@ -13,14 +13,14 @@ PKG = Path(__file__).resolve().parents[1] / "tolstat"
 #: layer or of earlier ones, never later ones (a new module must be given a layer here)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("tolstat._version", "tolstat._dtypes", "tolstat._util")),
-    ("metrics", ("tolstat.metrics", "tolstat._fused")),
+    ("metrics", ("tolstat.metrics", "tolstat.noise", "tolstat._fused")),
     ("dataset", ("tolstat.dataset", "tolstat.errors", "tolstat.statistics", "tolstat._runs", "tolstat.io",
                  "tolstat.stream", "tolstat.collect")),
     ("estimators", ("tolstat.estimators", "tolstat.estimators.*", "tolstat.scale", "tolstat.tail")),
     ("selection", ("tolstat.bounds", "tolstat.table", "tolstat.selection")),
     ("checks", ("tolstat.checks", "tolstat._fastcheck", "tolstat.pytest_plugin", "tolstat.report")),
     ("evaluate", ("tolstat._method", "tolstat._eval_tolstat", "tolstat.evaluate", "tolstat.plots",
-                  "tolstat.corpus", "tolstat.corpus.*")),
+                  "tolstat.corpus", "tolstat.corpus.*", "tolstat.hwshift", "tolstat.comparison")),
     ("cli", ("tolstat.cli", "tolstat.corpus.__main__", "tolstat")),
 ]
 

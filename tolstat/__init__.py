@@ -37,12 +37,16 @@ _LAZY: dict[str, str] = {
     "CheckResult": "checks", "assert_close": "checks", "check": "checks",
     "StoreProgress": "stream", "collect_to_store": "stream", "open_store": "stream",
     "group_topk": "estimators.tail",
+    "ShiftResult": "hwshift", "shift": "hwshift",
+    "CompareResult": "comparison", "compare": "comparison",
 }
 #: submodules exposed as attributes (``tolstat.stream``, ...), imported on first access
-_SUBMODULES = ("statistics", "stream", "tail")
+_SUBMODULES = ("noise", "statistics", "stream", "tail")
 
 if TYPE_CHECKING:  # static analysers see the eager imports
-    from . import statistics, stream, tail
+    from . import noise, statistics, stream, tail
+    from .comparison import CompareResult, compare
+    from .hwshift import ShiftResult, shift
     from ._dtypes import SUPPORTED_DTYPES, canonical_dtype
     from ._runs import Hardware
     from .bounds import Calibration, Exceedance, NotEnoughData, TailOptions, split_budget
@@ -109,6 +113,7 @@ __all__ = [
     "indexed",
     "save",
     "open_errors",
+    "noise",
     "stream",
     "tail",
     "statistics",
@@ -135,4 +140,8 @@ __all__ = [
     "check",
     "assert_close",
     "CheckResult",
+    "shift",
+    "ShiftResult",
+    "compare",
+    "CompareResult",
 ]

@@ -127,11 +127,31 @@ def _merged(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> dict[st
 def _record(actual: Any, expected: Any, i: int, *, op: str, dtype: str, hardware: str,
             platform: str, seed: int, labels: Mapping[str, Any],
             covariates: Mapping[str, float], sample_size: int, rel_floor: float | None,
-            allow_nan: bool, rng: np.random.Generator) -> RunRecord:
+            allow_nan: bool, rng: np.random.Generator, magnitude: Any = None,
+            rowwise: bool = False) -> RunRecord:
     try:
         m = error_metrics(actual, expected, dtype=dtype, rel_floor=rel_floor, allow_nan=allow_nan)
+        op_stats = _op_stats(actual, expected, magnitude, dtype=dtype, op=op,
+                             covariates=covariates, rowwise=rowwise)
     except (ValueError, TypeError) as exc:
         raise type(exc)(f"run {i}: {exc}") from exc
-    return summarize_run(m, op=op, hardware=hardware, platform=platform, seed=seed,
-                         run_index=i, labels=labels, covariates=covariates,
-                         sample_size=sample_size, rng=rng)
+    rec = summarize_run(m, op=op, hardware=hardware, platform=platform, seed=seed,
+                        run_index=i, labels=labels, covariates=covariates,
+                        sample_size=sample_size, rng=rng)
+    rec.op_stats = op_stats
+    return rec
+
+
+def _op_stats(actual: Any, expected: Any, magnitude: Any, *, dtype: str, op: str,
+              covariates: Mapping[str, float], rowwise: bool) -> dict[str, float]:
+    """Operator-noise statistics of one run, or {} when no magnitude is given."""
+    if magnitude is None:
+        return {}
+    from .noise import record_statistics
+
+    if isinstance(magnitude, str):
+        if magnitude != "ref":
+            raise ValueError(f"magnitude must be an array, a callable or 'ref', got {magnitude!r}")
+        magnitude = None
+    return record_statistics(actual, expected, dtype=dtype, magnitude=magnitude,
+                             K=float(covariates.get("K", 1.0)), rowwise=rowwise, op=op)

@@ -96,6 +96,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.per_bug:
         print()
         print(per_bug_table(res))
+    from .hwshift import evaluate_hook  # a GPU dataset in tolstat/data/: print the shift report
+
+    shift_text = evaluate_hook(res.calibration, fp_budget=cfg.fp_budget, confidence=cfg.confidence)
+    if shift_text:
+        print("\n" + shift_text)
     paths = write_outputs(res, args.output, plots=not args.no_plots)
     print("\nwrote " + ", ".join(str(p) for p in paths))
     return 0
@@ -170,6 +175,25 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_shift(args: argparse.Namespace) -> int:
+    from . import open_errors, shift
+
+    res = shift(open_errors(args.a), open_errors(args.b), fp_budget=args.fp_budget,
+                confidence=args.confidence, form=None if args.form == "none" else args.form)
+    print(res.to_text())
+    if args.output:
+        res.to_json(args.output)
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _one_line_error(parser: argparse.ArgumentParser) -> None:
+    def error(message: str) -> None:
+        parser.exit(2, f"{parser.prog}: error: {message}\n")
+
+    parser.error = error  # type: ignore[method-assign]
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tolstat`` command."""
     p = argparse.ArgumentParser(prog="tolstat", description=__doc__)
@@ -227,9 +251,24 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("report", help="write a Markdown report (tables and plots) of an evaluation")
     r.add_argument("results", help="folder written by 'tolstat evaluate'")
     r.set_defaults(func=_cmd_report)
+    t = sub.add_parser("shift", help="does a table calibrated on errors A hold on errors B (another "
+                       "hardware)? score comparison and realised false-positive rate")
+    t.add_argument("a", help="error dataset the table is calibrated on (.nc or .zarr)")
+    t.add_argument("b", help="error dataset of the other hardware")
+    t.add_argument("--fp-budget", type=float, default=0.01, help="false-positive budget per check (default 0.01)")
+    t.add_argument("--confidence", type=float, default=0.95)
+    t.add_argument("--form", default="allclose",
+                   help="noise-scale model of the score: allclose (default), size_aware, normalised, baseline "
+                        "or none (plain max_abs)")
+    t.add_argument("-o", "--output", help="write the report as JSON")
+    t.set_defaults(func=_cmd_shift)
+    _one_line_error(t)
     s = sub.add_parser("summary", help="summarise an error dataset per (op, dtype, hardware)")
     s.add_argument("errors")
     s.set_defaults(func=_cmd_summary)
+    from .comparison import add_cli as _add_compare  # tolstat compare
+
+    _add_compare(sub)
     return p
 
 

@@ -40,6 +40,8 @@ def collect(
     progress: bool | None = None,
     store: str | os.PathLike[str] | None = None,
     chunks: Any = None,
+    magnitude: Callable[..., Any] | str | None = None,
+    rowwise: bool = False,
 ) -> xr.Dataset:
     """Run a kernel and its float64 reference on generated inputs; return the errors.
 
@@ -79,6 +81,17 @@ def collect(
     chunks : dict, "auto" or None
         With ``store``: how to open the finished store (``None`` loads it into memory,
         ``{"run": N}`` returns a dask-backed dataset).
+    magnitude : callable or "ref", optional
+        Record the operator-noise statistics of :func:`tolstat.noise.record_statistics`
+        (``op_max``, ``op_rms``, ..., the op's invariants, and the same under the
+        intermediate-store noise shape with suffix ``_mid``) as per-run variables.
+        A callable takes the reference's arguments and returns the op applied to the
+        absolute inputs (float64, e.g. ``|A| @ |B|``); ``"ref"`` uses ``|expected|``.
+        The reduction length ``K`` is the run's covariate ``K`` (1 if absent). Not
+        supported with ``store``.
+    rowwise : bool, default False
+        With ``magnitude``: the op works on rows along the last axis (softmax, norms,
+        attention); adds the per-row statistics.
 
     Returns
     -------
@@ -91,6 +104,8 @@ def collect(
         ``runs < 1``, unknown dtype, or any error of :func:`tolstat.error_metrics`
         (reported with the run index).
     """
+    if store is not None and magnitude is not None:
+        raise ValueError("magnitude (operator statistics) is not supported with store=...")
     if store is not None:
         return collect_to_store(kernel, reference, make_inputs, op=op, dtype=dtype, runs=runs,
                                 store=store, hardware=hardware, seed=seed, labels=labels,
@@ -112,11 +127,14 @@ def collect(
         inp = _as_inputs(make_inputs(rng))
         actual = kernel(*inp.args, **inp.kwargs)
         expected = reference(*inp.args, **inp.kwargs)
+        cov = _merged(covariates, inp.covariates)
+        mag = magnitude(*inp.args, **inp.kwargs) if callable(magnitude) else magnitude
         records.append(
             _record(actual, expected, i, op=op, dtype=dt, hardware=hw, platform=plat,
                     seed=seed, labels=_merged(labels, inp.labels),
-                    covariates=_merged(covariates, inp.covariates), sample_size=sample_size,
-                    rel_floor=rel_floor, allow_nan=allow_nan, rng=rng)
+                    covariates=cov, sample_size=sample_size,
+                    rel_floor=rel_floor, allow_nan=allow_nan, rng=rng,
+                    magnitude=mag, rowwise=rowwise)
         )
     return build_dataset(
         records,
@@ -139,6 +157,8 @@ def from_pairs(
     rel_floor: float | None = None,
     allow_nan: bool = False,
     progress: bool | None = None,
+    magnitude: str | None = None,
+    rowwise: bool = False,
 ) -> xr.Dataset:
     """Build an error dataset from (actual, expected) outputs the user already has.
 
@@ -146,18 +166,31 @@ def from_pairs(
     ----------
     pairs : iterable
         Each item is ``(actual, expected)``, ``(actual, expected, labels)``,
-        ``(actual, expected, labels, covariates)`` or a mapping with keys ``actual``,
-        ``expected`` and optionally ``labels``, ``covariates``. Arrays may be numpy
-        arrays, torch tensors, or anything with ``__array__`` / ``__dlpack__``.
+        ``(actual, expected, labels, covariates)``, the same with a magnitude array
+        third: ``(actual, expected, magnitude[, labels[, covariates]])`` (a third item
+        that is not a mapping is a magnitude), or a mapping with keys ``actual``,
+        ``expected`` and optionally ``magnitude``, ``labels``, ``covariates``. Arrays may
+        be numpy arrays, torch tensors, or anything with ``__array__`` / ``__dlpack__``.
+        The magnitude is the op applied to the absolute inputs (see
+        :func:`tolstat.noise.noise_scale`); with it, the operator-noise statistics of
+        :func:`tolstat.noise.record_statistics` are stored per run. Either every pair has a
+        magnitude or none.
     op, dtype, hardware, labels, covariates, sample_size, rel_floor, allow_nan, progress
         As in :func:`collect`.
     seed : int, default 0
         Seed of the element sampling (run ``i`` uses ``default_rng([seed, i])``).
+    magnitude : "ref", optional
+        ``"ref"``: store the operator-noise statistics for pairs without a magnitude
+        array too, with ``m = |expected|``.
+    rowwise : bool, default False
+        As in :func:`collect`.
 
     Returns
     -------
     xarray.Dataset
     """
+    if magnitude not in (None, "ref"):
+        raise ValueError(f"magnitude must be None or 'ref', got {magnitude!r}")
     dt = canonical_dtype(dtype)
     hw_label, plat = hardware_fingerprint()
     hw = hw_label if hardware is None else str(hardware)
@@ -170,20 +203,28 @@ def from_pairs(
             except KeyError as exc:
                 raise ValueError(f"pair {i}: mapping needs keys 'actual' and 'expected'") from exc
             lab, cov = item.get("labels"), item.get("covariates")
-        elif isinstance(item, (tuple, list)) and 2 <= len(item) <= 4:
-            actual, expected = item[0], item[1]
-            lab = item[2] if len(item) > 2 else None
-            cov = item[3] if len(item) > 3 else None
+            mag = item.get("magnitude")
+        elif isinstance(item, (tuple, list)) and 2 <= len(item) <= 5:
+            actual, expected, *rest = item
+            mag = None
+            if len(item) == 5 or (rest and rest[0] is not None
+                                  and not isinstance(rest[0], Mapping)):
+                mag, rest = rest[0], rest[1:]
+            lab = rest[0] if len(rest) > 0 else None
+            cov = rest[1] if len(rest) > 1 else None
         else:
             raise TypeError(
-                f"pair {i}: expected (actual, expected[, labels[, covariates]]) or a mapping, "
-                f"got {type(item).__name__}"
+                f"pair {i}: expected (actual, expected[, magnitude][, labels[, covariates]]) "
+                f"or a mapping, got {type(item).__name__}"
             )
+        if mag is None:
+            mag = magnitude
         rng = np.random.default_rng([seed, i])
         records.append(
             _record(actual, expected, i, op=op, dtype=dt, hardware=hw, platform=plat,
                     seed=-1, labels=_merged(labels, lab), covariates=_merged(covariates, cov),
-                    sample_size=sample_size, rel_floor=rel_floor, allow_nan=allow_nan, rng=rng)
+                    sample_size=sample_size, rel_floor=rel_floor, allow_nan=allow_nan, rng=rng,
+                    magnitude=mag, rowwise=rowwise)
         )
     if not records:
         raise ValueError("from_pairs got no pairs")

@@ -91,6 +91,8 @@ class RunRecord:
     stats: dict[str, float]
     quantiles: np.ndarray
     samples: dict[str, np.ndarray] = field(default_factory=dict)
+    #: whole-output statistics of the operator noise model (``tolstat.noise``); optional
+    op_stats: dict[str, float] = field(default_factory=dict)
 
 
 def _fmt_shape(shape: Sequence[int]) -> str:
@@ -324,12 +326,8 @@ def build_dataset(
         np.stack([r.quantiles for r in records]),
         {"long_name": "abs-error quantiles of the run (numpy 'linear')", "units": "output units"},
     )
-    for key in cov_keys:
-        data[key] = xr.Variable(
-            "run",
-            np.array([r.covariates[key] for r in records], dtype=np.float64),
-            {"long_name": f"user covariate {key}", "role": "covariate"},
-        )
+    data.update(_covariate_vars(records, cov_keys))
+    data.update(_op_stat_vars(records))
     n_sample = np.array([len(r.samples["sample_abs"]) for r in records], dtype=np.int64)
     if (n_sample > k).any():
         raise ValueError(f"a run has more samples ({n_sample.max()}) than sample_size={k}")
@@ -356,6 +354,39 @@ def build_dataset(
         "provenance": json.dumps([prov]),
     }
     return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def _covariate_vars(records: Sequence[RunRecord], cov_keys: Sequence[str]) -> dict[str, xr.Variable]:
+    """The user covariates of the runs as per-run variables."""
+    return {
+        key: xr.Variable("run", np.array([r.covariates[key] for r in records], dtype=np.float64),
+                         {"long_name": f"user covariate {key}", "role": "covariate"})
+        for key in cov_keys
+    }
+
+
+def _op_stat_vars(records: Sequence[RunRecord]) -> dict[str, xr.Variable]:
+    """The optional per-run operator-noise statistics (all runs or none)."""
+    keys = list(records[0].op_stats)
+    for i, r in enumerate(records):
+        if list(r.op_stats) != keys:
+            raise ValueError(
+                f"run {i} has operator statistics {sorted(r.op_stats)} but run 0 has "
+                f"{sorted(keys)}: give a magnitude for every run or for none"
+            )
+    from .noise import MID_SUFFIX, STATISTICS
+
+    def long_name(k: str) -> str:
+        base = k.removesuffix(MID_SUFFIX)
+        text = STATISTICS.get(base, f"operator invariant {base}")
+        return text + (" (noise model with the intermediate-store term)" if base != k else "")
+
+    return {
+        k: xr.Variable("run", np.array([r.op_stats[k] for r in records], dtype=np.float64),
+                       {"long_name": long_name(k),
+                        "units": "rounding-noise units", "role": "op_statistic"})
+        for k in keys
+    }
 
 
 def label_names(ds: xr.Dataset) -> list[str]:
@@ -497,9 +528,10 @@ def concat(datasets: Iterable[xr.Dataset]) -> xr.Dataset:
         prov.extend(json.loads(d.attrs.get("provenance", "[]")))
     out = xr.concat(padded, dim="run", data_vars="all", coords="different", compat="equals",
                     join="outer", combine_attrs="drop")
-    for name in out.data_vars:
-        if name in dss[0].data_vars:
-            out[name].attrs = dict(dss[0][name].attrs)
+    for name in out.data_vars:  # attrs from the first dataset that has the variable
+        first = next((d for d in dss if name in d.data_vars), None)
+        if first is not None:
+            out[name].attrs = dict(first[name].attrs)
     out.attrs = dict(dss[0].attrs)
     out.attrs["sample_size"] = int(k)
     out.attrs["provenance"] = json.dumps(prov)

@@ -176,11 +176,12 @@ def _pairs_for(op: str, dtype: str, n: int, seed: int, quick: bool) -> Iterable[
     spec = corpus.OPS[op]
     for case in corpus.cases(op, dtype, n=n, seed=seed, quick=quick):
         ref = corpus.run_reference(case, dtype)
+        mag = corpus.run_magnitude(case, dtype)  # operator-noise statistics (tolstat.noise)
         for vname, kern in spec.variants.items():
             out = corpus.run_kernel(kern, case, dtype)
             labels = {"variant": vname, "dist": case.labels.get("dist", ""),
                       "dims": case.labels.get("dims", "")}
-            yield out, ref, labels, dict(case.covariates)
+            yield out, ref, mag, labels, dict(case.covariates)
 
 
 def calibration_dataset(cfg: EvalConfig, *, progress: bool | None = None) -> xr.Dataset:
@@ -193,10 +194,11 @@ def calibration_dataset(cfg: EvalConfig, *, progress: bool | None = None) -> xr.
     for op in ops:
         for dt in cfg.dtypes:
             pairs = list(_pairs_for(op, dt, cfg.n_cal, cfg.seed, cfg.quick))
-            cov_keys = set.intersection(*(set(p[3]) for p in pairs))
-            pairs = [(a, e, lab, {k: c[k] for k in cov_keys}) for a, e, lab, c in pairs]
+            cov_keys = set.intersection(*(set(p[4]) for p in pairs))
+            pairs = [(a, e, m, lab, {k: c[k] for k in cov_keys}) for a, e, m, lab, c in pairs]
             parts.append(from_pairs(pairs, op=op, dtype=dt, hardware="cpu:tolstat-corpus",
-                                    seed=cfg.seed, sample_size=512, progress=False))
+                                    seed=cfg.seed, sample_size=512, progress=False,
+                                    rowwise=op in corpus.ROWWISE))
             bar.update(1)
     bar.close()
     # ops have different covariates (D for attention, N for norms): keep the union,

@@ -31,6 +31,10 @@ cases(op, dtype, *, n, seed, quick=False)
     Deterministic cases cycling over shapes, distributions and input scales (1, 10, 100).
 run_kernel(kernel, case, dtype)
     Cast the inputs to dtype, run a kernel, return its output in dtype.
+run_magnitude(case, dtype)
+    The op on absolute inputs (float64), for the operator noise model
+    (:mod:`tolstat.noise`); ``MAGNITUDES`` maps op -> function, ``ROWWISE`` names the
+    row-wise ops.
 """
 
 from ._base import (
@@ -57,6 +61,7 @@ from ._base import (
 
 # registration order: the modules fill OPS and BUGS on import
 from . import _linalg, _rowwise, _attention, _pointwise  # noqa: E402,F401
+from ._magnitude import MAGNITUDES, ROWWISE, run_magnitude  # noqa: E402
 
 __all__ = [
     "OPS",
@@ -79,6 +84,9 @@ __all__ = [
     "SCALES",
     "CATEGORIES",
     "timings",
+    "MAGNITUDES",
+    "ROWWISE",
+    "run_magnitude",
 ]
 
 

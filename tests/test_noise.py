@@ -1,0 +1,365 @@
+"""Operator noise model and whole-output statistics (tolstat.noise)."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tolstat
+from tolstat import noise
+from tolstat._dtypes import target_dtype
+from tolstat.noise import noise_scale, register_invariant, run_statistics, unit_roundoff
+
+FORMATS = ["float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2"]
+
+
+def round_once(x: np.ndarray, dtype: str) -> np.ndarray:
+    """Round float64 values to ``dtype`` once (nearest even), without double rounding."""
+    td = target_dtype(dtype)
+    fi = ml_dtypes.finfo(td.np_dtype) if td.name not in ("float16", "float32") else np.finfo(td.np_dtype)
+    p = int(fi.nmant) + 1
+    emin = int(np.log2(float(fi.tiny))) + 1  # frexp exponent of the smallest normal
+    _, e = np.frexp(x)
+    e = np.maximum(e, emin)
+    q = np.ldexp(np.rint(np.ldexp(x, p - e)), e - p)
+    assert np.all(np.abs(q) <= td.max), "test values must stay in range"
+    out = q.astype(td.np_dtype)
+    assert np.array_equal(out.astype(np.float64), q), "rounded value must be representable"
+    return out
+
+
+def edge_values(dtype: str, rng: np.random.Generator, n: int = 20000) -> np.ndarray:
+    td = target_dtype(dtype)
+    tiny, top = td.tiny, td.max
+    sub = tiny * rng.uniform(0, 1, n // 4)  # subnormal range
+    lo, hi = math.log2(tiny), math.log2(top) - 1
+    pos = 2.0 ** rng.uniform(lo, hi, n // 2)  # log-uniform over the normal range
+    pow2 = 2.0 ** np.arange(math.ceil(lo) - 3, math.floor(hi))
+    near = np.concatenate([pow2 * (1 + 2.0**-30), pow2 * (1 - 2.0**-30)])
+    # exact ties: midpoints between neighbours
+    grid = np.abs(round_once(pos[:200], dtype).astype(np.float64))
+    fi = ml_dtypes.finfo(td.np_dtype)
+    _, e = np.frexp(grid)
+    ulp = np.ldexp(1.0, np.maximum(e, int(np.log2(td.tiny)) + 1) - (int(fi.nmant) + 1))
+    ties = grid + ulp / 2  # exact midpoints: round to even
+    vals = np.concatenate([sub, pos, pow2, near, ties, [0.0, tiny, top * 0.999]])
+    vals = vals[np.abs(vals) <= top * (1 - 2.0**-10)]
+    sign = rng.choice([-1.0, 1.0], vals.size)
+    return vals * sign
+
+
+def test_unit_roundoff_values():
+    assert unit_roundoff("fp16") == 2.0**-11
+    assert unit_roundoff("bf16") == 2.0**-8
+    assert unit_roundoff("float32") == 2.0**-24
+    assert unit_roundoff("float64") == 2.0**-53
+    assert unit_roundoff("float8_e4m3fn") == 2.0**-4
+    assert unit_roundoff("float8_e5m2") == 2.0**-3
+    for name in FORMATS + ["float64"]:
+        assert unit_roundoff(name) == target_dtype(name).eps / 2
+    with pytest.raises(ValueError, match="unknown target dtype"):
+        unit_roundoff("int8")
+
+
+@pytest.mark.parametrize("dtype", FORMATS)
+def test_correctly_rounded_output_never_exceeds_one(dtype):
+    rng = np.random.default_rng(7)
+    ref = edge_values(dtype, rng)
+    out = round_once(ref, dtype)
+    st = run_statistics(out, ref, dtype=dtype, K=1, c_acc=0.0)
+    assert st["op_max"] <= 1.0
+    s = noise_scale(ref, dtype=dtype, c_acc=0.0)
+    d = np.abs(out.astype(np.float64) - ref)
+    assert np.all(d <= s)
+    # the bound is tight: a midpoint just above a power of two, 2**e (1 + u), has z = 1/(1+u)
+    assert st["op_max"] >= 0.95 / (1 + unit_roundoff(dtype))
+    # and wrong outputs fail: three ULPs away from the correct rounding is beyond s
+    normal = np.abs(ref) >= 2 * target_dtype(dtype).tiny
+    td = target_dtype(dtype)
+    bits = out[normal].view(td.uint_dtype).astype(np.int64)
+    shifted = (bits + 3).astype(td.uint_dtype).view(td.np_dtype)
+    with np.errstate(invalid="ignore"):
+        sh = shifted.astype(np.float64)
+    ok = np.isfinite(sh) & (np.sign(sh) == np.sign(ref[normal]))
+    st_bad = run_statistics(shifted[ok], ref[normal][ok], dtype=dtype, c_acc=0.0)
+    assert st_bad["op_frac"] == 1.0
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_correct_rounding_passes_with_any_magnitude(dtype):
+    """Extra nonnegative terms (magnitude, K, c_mid) never break the half-ULP property."""
+    rng = np.random.default_rng(3)
+    ref = edge_values(dtype, rng, 4000)
+    out = round_once(ref, dtype)
+    m = np.abs(ref) * rng.uniform(0, 5, ref.size)
+    st = run_statistics(out, ref, dtype=dtype, magnitude=m, K=4096, c_mid=2.0)
+    assert st["op_max"] <= 1.0
+
+
+def _naive(actual, expected, dtype, magnitude, K, row_axis):
+    u, ua = unit_roundoff(dtype), 2.0**-24
+    tiny = target_dtype(dtype).tiny
+    a = actual.astype(np.float64)
+    flat_a, flat_e, flat_m = a.ravel(), expected.ravel(), magnitude.ravel()
+    z = []
+    for x, e, m in zip(flat_a, flat_e, flat_m):
+        s = u * abs(e) + ua * math.sqrt(K) * abs(m) + u * tiny
+        z.append((x - e) / s)
+    z = np.array(z).reshape(expected.shape)
+    n = z.size
+    rows = np.moveaxis(z, row_axis, -1).reshape(-1, expected.shape[row_axis])
+    row_rms = [math.sqrt(sum(v * v for v in r) / len(r)) for r in rows]
+    return {
+        "op_max": max(abs(v) for v in z.ravel()),
+        "op_rms": math.sqrt(sum(v * v for v in z.ravel()) / n),
+        "op_mean": sum(abs(v) for v in z.ravel()) / n,
+        "op_bias": abs(sum(z.ravel()) / n) * math.sqrt(n),
+        "op_frac": sum(abs(v) > 1.5 for v in z.ravel()) / n,
+        "op_row_rms_max": max(row_rms),
+        "op_row_rms_mean": sum(row_rms) / len(row_rms),
+    }
+
+
+def test_statistics_match_naive_reference():
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal((3, 5, 7))
+    out = (ref + 4e-3 * rng.standard_normal(ref.shape)).astype(np.float16)
+    mag = np.abs(ref) + rng.uniform(0, 2, ref.shape)
+    st = run_statistics(out, ref, dtype="float16", magnitude=mag, K=64, rowwise=True,
+                        row_axis=1, frac_k=1.5)
+    want = _naive(out, ref, "float16", mag, 64, 1)
+    for k, v in want.items():
+        assert st[k] == pytest.approx(v, rel=1e-12), k
+    assert 0 < st["op_frac"] < 1
+    # the row-bias statistic: max over rows |sum d| / sqrt(sum s^2)
+    s = noise_scale(ref, dtype="float16", magnitude=mag, K=64)
+    d = out.astype(np.float64) - ref
+    rb = np.abs(np.moveaxis(d, 1, -1).sum(-1)) / np.sqrt((np.moveaxis(s, 1, -1) ** 2).sum(-1))
+    assert st["op_row_bias_max"] == pytest.approx(rb.max(), rel=1e-12)
+    flat = run_statistics(out, ref, dtype="float16", magnitude=mag, K=64)
+    assert math.isnan(flat["op_row_rms_max"]) and math.isnan(flat["op_row_bias_max"])
+
+
+def test_magnitude_fallback_is_abs_ref():
+    rng = np.random.default_rng(1)
+    ref = rng.standard_normal(100)
+    out = ref.astype(np.float16)
+    a = run_statistics(out, ref, dtype="fp16", K=16)
+    b = run_statistics(out, ref, dtype="fp16", K=16, magnitude=np.abs(ref))
+    assert a == b
+
+
+def test_non_finite_outputs_fail():
+    ref = np.array([1.0, 2.0, 3.0])
+    for bad in (np.nan, np.inf, -np.inf):
+        out = np.array([1.0, bad, 3.0], dtype=np.float16)
+        st = run_statistics(out, ref, dtype="float16", op="softmax", rowwise=True)
+        assert all(v == math.inf for v in st.values())
+        assert "inv_row_sum" in st
+    # a non-finite reference matched exactly is no error
+    ref2 = np.array([1.0, -np.inf, np.nan])
+    out2 = np.array([1.0, -np.inf, np.nan], dtype=np.float16)
+    st2 = run_statistics(out2, ref2, dtype="float16")
+    assert st2["op_max"] == 0.0
+    st3 = run_statistics(np.array([1.0, 0.0, np.nan], np.float16), ref2, dtype="float16")
+    assert st3["op_max"] == math.inf
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="shape"):
+        run_statistics(np.zeros(3), np.zeros(4), dtype="float16")
+    with pytest.raises(ValueError, match="row_axis"):
+        run_statistics(np.zeros((2, 3)), np.zeros((2, 3)), dtype="float16", rowwise=True, row_axis=2)
+    with pytest.raises(ValueError, match="K must be"):
+        run_statistics(np.zeros(3), np.zeros(3), dtype="float16", K=-1)
+    with pytest.raises(TypeError, match="floating-point array"):
+        run_statistics(np.array(["a"]), np.zeros(1), dtype="float16")
+    with pytest.raises(ValueError, match="does not broadcast"):
+        noise_scale(np.zeros(3), dtype="float16", magnitude=np.zeros(4))
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_softmax_invariants_detect_planted_violation():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((16, 256))
+    x[3, :100] = -1e6  # masked positions: probability exactly zero
+    ref = _softmax(x)
+    out = round_once(ref, "float16")
+    ok = run_statistics(out, ref, dtype="float16", op="softmax", rowwise=True)
+    assert ok["inv_masked_zero"] == 0.0
+    assert ok["inv_row_sum"] < 5.0
+    # plant: row 5 scaled by (1 + 4 u): every element within 3 noise units, the sum off
+    bad = out.astype(np.float64)
+    bad[5] *= 1 + 4 * unit_roundoff("float16")
+    bad = bad.astype(np.float16)
+    st = run_statistics(bad, ref, dtype="float16", op="softmax", rowwise=True)
+    assert st["op_max"] < 6.0
+    assert st["inv_row_sum"] > 30.0
+    leak = out.copy()
+    leak[3, 10] = np.float16(1e-4)
+    assert run_statistics(leak, ref, dtype="float16", op="softmax")["inv_masked_zero"] == 1.0
+
+
+def test_norm_and_log_softmax_invariants():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((8, 512))
+    mu, sd = x.mean(-1, keepdims=True), x.std(-1, keepdims=True)
+    ref = (x - mu) / sd
+    out = round_once(ref, "bfloat16")
+    ok = run_statistics(out, ref, dtype="bfloat16", op="layer_norm", rowwise=True)
+    bad = (out.astype(np.float64) * (1 + 2 * unit_roundoff("bfloat16")))
+    st = run_statistics(round_once(bad, "bfloat16"), ref, dtype="bfloat16", op="layer_norm",
+                        rowwise=True)
+    assert ok["inv_row_scale"] < 5.0 and st["inv_row_scale"] > 20.0
+    shifted = round_once(out.astype(np.float64) + 0.01, "bfloat16")
+    assert run_statistics(shifted, ref, dtype="bfloat16", op="layer_norm")["inv_row_mean"] > 20.0
+    rms = run_statistics(round_once(bad, "bfloat16"), ref, dtype="bfloat16", op="rms_norm")
+    assert rms["inv_row_scale"] > 20.0
+    ls = np.log(_softmax(x))
+    lso = round_once(ls, "float16")
+    good = run_statistics(lso, ls, dtype="float16", op="log_softmax")["inv_row_lse"]
+    worse = run_statistics(round_once(ls + 0.01, "float16"), ls, dtype="float16",
+                           op="log_softmax")["inv_row_lse"]
+    assert good < 5.0
+    assert worse > 20.0
+
+
+def test_record_statistics_names_and_mid_shape():
+    rng = np.random.default_rng(9)
+    ref = _softmax(rng.standard_normal((4, 64)))
+    out = round_once(ref, "float16")
+    st = noise.record_statistics(out, ref, dtype="float16", K=64, rowwise=True, op="softmax")
+    assert list(st) == noise.record_statistic_names("softmax")
+    assert set(noise.score_statistic_names("softmax")) <= set(st)
+    assert "inv_row_sum_mid" in noise.score_statistic_names("softmax")
+    # the intermediate-store term only widens the noise scale
+    assert st["op_rms_mid"] <= st["op_rms"] and st["op_max_mid"] <= st["op_max"]
+    s0 = noise_scale(ref, dtype="float16", K=64)
+    s1 = noise_scale(ref, dtype="float16", K=64, c_mid=1.0)
+    np.testing.assert_allclose(s1 - s0, unit_roundoff("float16") / 8 * np.abs(ref), rtol=1e-12)
+
+
+def test_register_invariant():
+    name = "test_noise_op"
+    register_invariant(name, "peak", lambda a, e, s: float(np.abs(a - e).max() / s.max()))
+    try:
+        st = run_statistics(np.ones(4, np.float16), np.ones(4), dtype="float16", op=name)
+        assert st["inv_peak"] == 0.0
+        assert "inv_peak" in noise.statistic_names(name)
+        with pytest.raises(ValueError, match="already registered"):
+            register_invariant(name, "peak", lambda a, e, s: 0.0)
+        with pytest.raises(ValueError, match="letters, digits"):
+            register_invariant(name, "bad name", lambda a, e, s: 0.0)
+        with pytest.raises(TypeError, match="callable"):
+            register_invariant(name, "x", 3)
+        register_invariant(name, "neg", lambda a, e, s: -1.0)
+        with pytest.raises(ValueError, match="must be >= 0"):
+            run_statistics(np.ones(4, np.float16), np.ones(4), dtype="float16", op=name)
+    finally:
+        noise._INVARIANTS.pop(name, None)
+
+
+# ----------------------------------------------------------------- dataset wiring
+def test_from_pairs_with_magnitude_array():
+    rng = np.random.default_rng(5)
+    pairs, direct = [], []
+    for _ in range(4):
+        a = rng.standard_normal((8, 32)).astype(np.float16)
+        b = rng.standard_normal((32, 16)).astype(np.float16)
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        out = (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
+        mag = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+        pairs.append((out, ref, mag, {"variant": "x"}, {"K": 32.0}))
+        direct.append(run_statistics(out, ref, dtype="float16", magnitude=mag, K=32))
+    ds = tolstat.from_pairs(pairs, op="matmul", dtype="float16", progress=False)
+    tolstat.validate(ds)
+    for k in noise.STATISTICS:
+        assert ds[k].attrs["role"] == "op_statistic"
+        np.testing.assert_array_equal(ds[k].values, [d[k] for d in direct])
+    out, ref, mag = pairs[2][:3]
+    mid = run_statistics(out, ref, dtype="float16", magnitude=mag, K=32, c_mid=1.0)
+    assert ds["op_rms_mid"].values[2] == mid["op_rms"]
+    assert "intermediate-store" in ds["op_rms_mid"].attrs["long_name"]
+    assert sorted(k for k in ds.data_vars if ds[k].attrs.get("role") == "op_statistic") == \
+        sorted(noise.record_statistic_names("matmul"))
+    assert ds["variant"].values.tolist() == ["x"] * 4
+    # 3-tuple: the third item is a magnitude unless it is a mapping (labels)
+    ds3 = tolstat.from_pairs([p[:3] for p in pairs], op="matmul", dtype="float16", progress=False)
+    assert "op_max" in ds3
+    plain = tolstat.from_pairs([(p[0], p[1], {"variant": "x"}) for p in pairs], op="matmul",
+                               dtype="float16", progress=False)
+    assert "op_max" not in plain and "variant" in plain.coords
+    fallback = tolstat.from_pairs([p[:2] for p in pairs], op="matmul", dtype="float16",
+                                  magnitude="ref", progress=False)
+    assert np.all(np.isfinite(fallback["op_rms"].values))
+    with pytest.raises(ValueError, match="magnitude for every run or for none"):
+        tolstat.from_pairs([pairs[0][:3], pairs[1][:2]], op="matmul", dtype="float16",
+                           progress=False)
+    with pytest.raises(ValueError, match="magnitude must be None or 'ref'"):
+        tolstat.from_pairs(pairs, op="matmul", dtype="float16", magnitude="abs", progress=False)
+
+
+def test_collect_with_magnitude_function():
+    def kernel(a, b):
+        return (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
+
+    def reference(a, b):
+        return a.astype(np.float64) @ b.astype(np.float64)
+
+    def magnitude(a, b):
+        return np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+
+    def make(rng):
+        a = rng.standard_normal((4, 64)).astype(np.float16)
+        b = rng.standard_normal((64, 8)).astype(np.float16)
+        return tolstat.Inputs(args=(a, b), covariates={"K": 64.0})
+
+    ds = tolstat.collect(kernel, reference, make, op="matmul", dtype="float16", runs=3,
+                         magnitude=magnitude, progress=False)
+    a, b = make(np.random.default_rng([0, 1])).args
+    want = run_statistics(kernel(a, b), reference(a, b), dtype="float16",
+                          magnitude=magnitude(a, b), K=64)
+    assert ds["op_max"].values[1] == want["op_max"]
+    assert ds["op_rms"].values[1] == want["op_rms"]
+    assert np.all(ds["op_max"].values <= 1.0)  # float32 accumulation, one rounding
+    with pytest.raises(ValueError, match="not supported with store"):
+        tolstat.collect(kernel, reference, make, op="matmul", dtype="float16", runs=1,
+                        magnitude=magnitude, store="x.zarr")
+
+
+def test_corpus_magnitudes_bound_the_reference():
+    corpus = pytest.importorskip("tolstat.corpus")
+    for op in corpus.OPS:
+        for case in corpus.cases(op, "float16", n=3, seed=1, quick=True):
+            ref = corpus.run_reference(case, "float16")
+            m = corpus.run_magnitude(case, "float16")
+            assert m.shape == ref.shape, op
+            assert np.all(np.isfinite(m)) and np.all(m >= 0), op
+            if op != "cumsum":  # cumsum's magnitude is scaled by sqrt((j+1)/N)
+                assert np.all(m >= np.abs(ref) * (1 - 1e-12)), op
+            out = corpus.run_kernel(next(iter(corpus.OPS[op].variants.values())), case, "float16")
+            st = run_statistics(out, ref, dtype="float16", magnitude=m, K=case.covariates["K"],
+                                rowwise=op in corpus.ROWWISE, op=op)
+            assert np.isfinite(st["op_max"]), op
+
+
+def test_corpus_calibration_dataset_records_op_statistics():
+    from tolstat.evaluate import EvalConfig, calibration_dataset
+
+    cfg = EvalConfig(ops=["mean", "softmax"], dtypes=("float16",), n_cal=3, quick=True)
+    ds = calibration_dataset(cfg, progress=False)
+    tolstat.validate(ds)
+    assert np.all(np.isfinite(ds["op_max"].values)) and np.all(np.isfinite(ds["op_rms_mid"].values))
+    soft = ds["op"].values == "softmax"
+    assert np.all(np.isfinite(ds["inv_row_sum"].values[soft]))
+    assert np.all(np.isnan(ds["inv_row_sum"].values[~soft]))  # mean has no such invariant
+    assert np.all(np.isnan(ds["op_row_rms_max"].values[~soft]))  # mean is not row-wise
+    # attrs survive concat although the first dataset (mean) lacks the variable
+    assert ds["inv_row_sum"].attrs["role"] == "op_statistic"
