@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import xarray as xr
@@ -174,7 +174,7 @@ def _pairs_for(op: str, dtype: str, n: int, seed: int, quick: bool) -> Iterable[
     from . import corpus
 
     spec = corpus.OPS[op]
-    for case in corpus.cases(op, dtype, n=n, seed=seed, quick=quick):
+    for case in corpus.iter_cases(op, dtype, n=n, seed=seed, quick=quick):  # one case in memory at a time
         ref = corpus.run_reference(case, dtype)
         mag = corpus.run_magnitude(case, dtype)  # operator-noise statistics (tolstat.noise)
         for vname, kern in spec.variants.items():
@@ -182,6 +182,19 @@ def _pairs_for(op: str, dtype: str, n: int, seed: int, quick: bool) -> Iterable[
             labels = {"variant": vname, "dist": case.labels.get("dist", ""),
                       "dims": case.labels.get("dims", "")}
             yield out, ref, mag, labels, dict(case.covariates)
+
+
+def _same_covariates(pairs: Iterable[tuple], op: str) -> Iterator[tuple]:
+    """The pairs, streamed (never all outputs in memory), checking that every case of the
+    op has the covariate names of the first."""
+    keys = None
+    for a, e, m, lab, cov in pairs:
+        if keys is None:
+            keys = set(cov)
+        elif set(cov) != keys:
+            raise ValueError(f"corpus op {op!r}: a case has covariates {sorted(cov)}, the first has "
+                             f"{sorted(keys)}; every case of an op needs the same covariates")
+        yield a, e, m, lab, cov
 
 
 def calibration_dataset(cfg: EvalConfig, *, progress: bool | None = None) -> xr.Dataset:
@@ -193,9 +206,7 @@ def calibration_dataset(cfg: EvalConfig, *, progress: bool | None = None) -> xr.
     bar = tqdm(total=len(ops) * len(cfg.dtypes), desc="calibrate", disable=None if progress is None else not progress)
     for op in ops:
         for dt in cfg.dtypes:
-            pairs = list(_pairs_for(op, dt, cfg.n_cal, cfg.seed, cfg.quick))
-            cov_keys = set.intersection(*(set(p[4]) for p in pairs))
-            pairs = [(a, e, m, lab, {k: c[k] for k in cov_keys}) for a, e, m, lab, c in pairs]
+            pairs = _same_covariates(_pairs_for(op, dt, cfg.n_cal, cfg.seed, cfg.quick), op)
             parts.append(from_pairs(pairs, op=op, dtype=dt, hardware="cpu:tolstat-corpus",
                                     seed=cfg.seed, sample_size=512, progress=False,
                                     rowwise=op in corpus.ROWWISE))
@@ -373,7 +384,7 @@ def _evaluate(cfg: EvalConfig, methods: Sequence[Method] | None, progress: bool 
     for op in ops:
         spec = corpus.OPS[op]
         for dt in cfg.dtypes:
-            for case in corpus.cases(op, dt, n=cfg.n_test, seed=cfg.seed + 1, quick=cfg.quick):
+            for case in corpus.iter_cases(op, dt, n=cfg.n_test, seed=cfg.seed + 1, quick=cfg.quick):
                 ref = corpus.run_reference(case, dt)
                 outs = {v: corpus.run_kernel(k, case, dt) for v, k in spec.variants.items()}
                 entries = [("control", v, "", "", out, True) for v, out in outs.items()]
