@@ -7,6 +7,7 @@ from typing import Any, Mapping
 import numpy as np
 import xarray as xr
 
+from ._fastcheck import cached_entry
 from ._method import Method
 from .checks import check_metrics
 from .metrics import ErrorMetrics
@@ -46,7 +47,7 @@ class TolstatMethod(Method):
     def score(self, m: ErrorMetrics, *, op: str, dtype: str, actual: np.ndarray,
               expected: np.ndarray, covariates: Mapping[str, float]) -> float:  # noqa: D102
         assert self.table is not None, "calibrate first"
-        ent = self.table.entry(op, dtype, None)
+        ent = cached_entry(self.table, op, dtype, None)  # parsed once per group
         res = check_metrics(m, actual, expected, ent, covariates)
         return max(res.ratios.values()) if res.ratios else 0.0
 

@@ -41,7 +41,7 @@ from ._util import atomic_write, atomic_write_text
 from ._version import __version__
 from .bounds import NotEnoughData
 from .collect import from_pairs
-from .dataset import concat
+from .dataset import validate
 from .metrics import error_metrics, ulp_distance
 
 __all__ = [
@@ -198,18 +198,25 @@ def _same_covariates(pairs: Iterable[tuple], op: str) -> Iterator[tuple]:
 
 
 def calibration_dataset(cfg: EvalConfig, *, progress: bool | None = None) -> xr.Dataset:
-    """Collect the calibration error dataset of the correct corpus kernels."""
+    """Collect the calibration error dataset of the correct corpus kernels.
+
+    Equal to ``tolstat.concat`` of the per-(op, dtype) datasets (covariates missing from
+    an op filled with NaN), built with one copy of the element samples in memory: each
+    part's sample arrays are moved into the result's arrays as soon as the part is made.
+    """
     from . import corpus
 
     ops = cfg.ops or sorted(corpus.OPS)
+    total = sum(len(corpus.OPS[op].variants) for op in ops) * cfg.n_cal * len(cfg.dtypes)
+    sink = _SampleSink(total, 512)
     parts = []
     bar = tqdm(total=len(ops) * len(cfg.dtypes), desc="calibrate", disable=None if progress is None else not progress)
     for op in ops:
         for dt in cfg.dtypes:
             pairs = _same_covariates(_pairs_for(op, dt, cfg.n_cal, cfg.seed, cfg.quick), op)
-            parts.append(from_pairs(pairs, op=op, dtype=dt, hardware="cpu:tolstat-corpus",
-                                    seed=cfg.seed, sample_size=512, progress=False,
-                                    rowwise=op in corpus.ROWWISE))
+            parts.append(sink.take(validate(from_pairs(pairs, op=op, dtype=dt, hardware="cpu:tolstat-corpus",
+                                                       seed=cfg.seed, sample_size=512, progress=False,
+                                                       rowwise=op in corpus.ROWWISE))))
             bar.update(1)
     bar.close()
     # ops have different covariates (D for attention, N for norms): keep the union,
@@ -223,7 +230,64 @@ def calibration_dataset(cfg: EvalConfig, *, progress: bool | None = None) -> xr.
         q = p.assign({c: ("run", np.full(p.sizes["run"], np.nan)) for c in names if c not in have})
         q.attrs["covariates"] = ",".join(names)
         trimmed.append(q)
-    return concat(trimmed)
+    return sink.join(trimmed)
+
+
+class _SampleSink:
+    """The element-sample arrays of the calibration parts, gathered part by part into
+    the arrays of the concatenated dataset (pages allocated as they are written), so that
+    the samples exist once: ``join`` equals :func:`tolstat.concat` of the full parts."""
+
+    def __init__(self, total: int, size: int):
+        from .dataset import SAMPLE_VARS
+
+        self.names = list(SAMPLE_VARS)
+        self.arrays = {n: np.empty((total, size)) for n in self.names}
+        self.attrs: dict[str, dict[str, Any]] = {}
+        self.order: list[str] | None = None
+        self.rows = 0
+        self.k = 0
+
+    def take(self, part: xr.Dataset) -> xr.Dataset:
+        """Move ``part``'s sample arrays in; return the part without them."""
+        n, kp = part.sizes["run"], part.sizes["sample"]
+        for name in self.names:
+            arr = self.arrays[name]
+            if self.rows + n > arr.shape[0] or kp > arr.shape[1]:  # more than planned: grow
+                grown = np.empty((max(arr.shape[0], self.rows + n), max(arr.shape[1], kp)))
+                grown[: self.rows, : arr.shape[1]] = arr[: self.rows]
+                grown[: self.rows, arr.shape[1]:] = np.nan
+                self.arrays[name] = arr = grown
+            block = arr[self.rows: self.rows + n]
+            block[:, :kp] = part[name].values
+            block[:, kp:] = np.nan
+            self.attrs.setdefault(name, dict(part[name].attrs))
+        if self.order is None:
+            self.order = list(part.data_vars)
+        self.rows += n
+        self.k = max(self.k, kp)
+        return part.drop_vars(self.names)
+
+    def join(self, parts: list[xr.Dataset]) -> xr.Dataset:
+        """What :func:`tolstat.concat` gives for the parts with their samples."""
+        prov: list[Any] = []
+        for d in parts:
+            prov.extend(json.loads(d.attrs.get("provenance", "[]")))
+        out = xr.concat([d.drop_attrs() if hasattr(d, "drop_attrs") else d.assign_attrs({}) for d in parts], dim="run", data_vars="all", coords="different",
+                        compat="equals", join="outer", combine_attrs="drop")
+        for name in out.data_vars:  # attrs from the first part that has the variable
+            first = next((d for d in parts if name in d.data_vars), None)
+            if first is not None:
+                out[name].attrs = dict(first[name].attrs)
+        out = out.assign({name: xr.Variable(("run", "sample"), self.arrays[name][: self.rows, : self.k],
+                                            self.attrs[name]) for name in self.names})
+        order = list(self.order or []) + [v for v in parts[0].data_vars if v not in (self.order or [])]
+        order += [v for v in out.data_vars if v not in order]
+        out = out[order]
+        out.attrs = dict(parts[0].attrs)
+        out.attrs["sample_size"] = int(self.k)
+        out.attrs["provenance"] = json.dumps(prov)
+        return out
 
 
 @dataclass
