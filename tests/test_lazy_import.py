@@ -30,6 +30,10 @@ def test_import_tolstat_loads_no_heavy_module():
 
 def test_pytest_plugin_module_loads_no_heavy_module():
     assert _loaded_after("import tolstat.pytest_plugin") == []
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    prog = "import sys, pytest, tolstat.pytest_plugin\nprint('numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "False"  # not even numpy: pytest start-up pays nothing for it
 
 
 def test_a_public_name_loads_its_module_on_first_use():

@@ -38,7 +38,6 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
 import pytest
 
 __all__ = ["pytest_addoption", "pytest_configure", "TolstatSession"]
@@ -112,6 +111,8 @@ class TolstatSession:
     def record(self, actual: Any, expected: Any, *, op: str, dtype: str, nodeid: str,
                covariates: Mapping[str, Any] | None) -> None:
         """Keep the error summary of a passing check."""
+        import numpy as np  # here, not at module level: pytest start-up stays light
+
         from .dataset import summarize_run
         from .metrics import error_metrics
 
