@@ -63,3 +63,27 @@ def test_submodule_import_keeps_the_public_function():
 def test_unknown_attribute_raises_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         tolstat.nope  # noqa: B018
+
+
+def test_every_cached_kernel_uses_tolstats_cache_locator():
+    """The cache locator is installed by each kernel module (not by ``import tolstat``,
+    which must not import numba): every cached kernel of the package is located by it."""
+    code = (
+        "import importlib, json, numba\n"
+        "mods = ['tolstat.metrics', 'tolstat.dataset', 'tolstat._fused', 'tolstat.estimators.quantile',\n"
+        "        'tolstat.estimators.evt', 'tolstat.estimators.bootstrap', 'tolstat.estimators._apply']\n"
+        "out = {}\n"
+        "for name in mods:\n"
+        "    mod = importlib.import_module(name)\n"
+        "    for k, v in vars(mod).items():\n"
+        "        impl = getattr(getattr(v, '_cache', None), '_impl', None)\n"
+        "        if isinstance(v, numba.core.registry.CPUDispatcher) and impl is not None and v.__module__ == name:\n"
+        "            out[name + '.' + k] = type(impl.locator).__name__\n"
+        "print(json.dumps(out))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.pop("NUMBA_CACHE_DIR", None)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    found = json.loads(res.stdout.strip().splitlines()[-1])
+    assert len(found) >= 20 and any(k.startswith("tolstat._fused.") for k in found)
+    assert set(found.values()) == {"TolstatCacheLocator"}, found

@@ -17,6 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 
+# numba's cache locator for tolstat's kernels (tolstat._numba_cache) is installed by each
+# module that defines @njit(cache=True) kernels, right before them: not here, so that
+# ``import tolstat`` does not import numba.
+
 #: public name -> submodule defining it. ``import tolstat`` imports none of them (numba,
 #: xarray, scipy and statsmodels stay unloaded until a name is first used, PEP 562); the
 #: first access of a name imports its module once and caches the name here.
@@ -27,6 +31,7 @@ _LAZY: dict[str, str] = {
     "concat": "dataset", "indexed": "dataset", "validate": "dataset",
     "fit": "estimators",
     "open_errors": "io", "save": "io",
+    "merge_records": "merge",
     "ErrorMetrics": "metrics", "error_metrics": "metrics", "ulp_distance": "metrics",
     "RunScores": "statistics", "Statistic": "statistics",
     "ScaleModel": "scale", "ScaleOptions": "scale",
@@ -56,6 +61,7 @@ if TYPE_CHECKING:  # static analysers see the eager imports
     from .estimators import fit
     from .estimators.tail import group_topk
     from .io import open_errors, save
+    from .merge import merge_records
     from .metrics import ErrorMetrics, error_metrics, ulp_distance
     from .scale import ScaleModel, ScaleOptions
     from .selection import calibrate, select
@@ -110,6 +116,7 @@ __all__ = [
     "Hardware",
     "validate",
     "concat",
+    "merge_records",
     "indexed",
     "save",
     "open_errors",

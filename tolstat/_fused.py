@@ -23,6 +23,9 @@ from typing import Any
 
 import numba
 import numpy as np
+from . import _numba_cache
+
+_numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
 __all__ = ["FusedMax", "SCORE_MODES", "fused_max", "decode_table"]
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-__all__ = ["unit_interval", "atomic_write", "atomic_write_text", "Groups", "group_rows", "ANY", "GROUP_DIMS"]
+__all__ = ["unit_interval", "atomic_write", "atomic_write_text", "Groups", "group_rows", "ANY", "GROUP_DIMS", "NotEnoughData"]
 
 #: the grouping of an error dataset and of a tolerance table
 GROUP_DIMS = ("op", "dtype", "hardware")
@@ -156,3 +156,27 @@ def group_rows(labels: Sequence[Any], n: int | None = None) -> Groups:
     present, codes = np.unique(flat, return_inverse=True)
     return Groups(levels, shape, np.asarray(flat, dtype=np.int64), present,
                   np.asarray(codes, dtype=np.int64).ravel())
+
+
+class NotEnoughData(ValueError):
+    """Too few independent calibration units (runs, or declared clusters) to keep a promise.
+
+    Raised by every calibration path (``tolstat.select``, ``tolstat.calibrate``,
+    ``tolstat.certify``); ``on_error="skip"`` and ``tolstat evaluate`` catch only this.
+
+    Attributes
+    ----------
+    n : int or None
+        Units available.
+    n_needed : int or None
+        Units the group would need for the bound asked for.
+    group : str or None
+        The group refused, where known.
+    """
+
+    def __init__(self, message: str, *, n: int | None = None, n_needed: int | None = None,
+                 group: str | None = None):
+        super().__init__(message)
+        self.n = None if n is None else int(n)
+        self.n_needed = None if n_needed is None else int(n_needed)
+        self.group = group

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 import numpy as np
 from scipy import stats as _st
 
+from ._util import NotEnoughData
 from ._util import unit_interval as _unit
 from .estimators import evt as _evt
 from .estimators.bootstrap import bootstrap_return_level_bound
@@ -45,23 +46,6 @@ __all__ = [
 ]
 
 TAIL_BOUNDS = ("conservative", "bootstrap")
-
-
-class NotEnoughData(ValueError):
-    """Too few calibration runs for any allowed bound.
-
-    Attributes
-    ----------
-    n : int
-        Runs available.
-    n_needed : int
-        Runs the distribution-free bound (or the method asked for) needs.
-    """
-
-    def __init__(self, message: str, *, n: int, n_needed: int):
-        super().__init__(message)
-        self.n = int(n)
-        self.n_needed = int(n_needed)
 
 
 @dataclass(frozen=True)

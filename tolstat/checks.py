@@ -107,6 +107,7 @@ def check(
     hardware: str | None = None,
     covariates: Mapping[str, Any] | None = None,
     allow_nan: bool = False,
+    hardware_policy: str | None = None,
 ) -> CheckResult:
     """Check one kernel output against its float64 reference with a calibrated table.
 
@@ -128,6 +129,8 @@ def check(
         ``ref_rms``, ``ref_max_abs`` and ``n_elements`` are computed from ``expected``.
     allow_nan : bool, default False
         Passed to :func:`tolstat.error_metrics`.
+    hardware_policy : {None, "exact", "pooled", "nearest", "error"}
+        Passed to :meth:`ToleranceTable.entry` (:mod:`tolstat.hwpolicy`).
 
     Returns
     -------
@@ -143,7 +146,7 @@ def check(
     if not isinstance(table, ToleranceTable):
         raise TypeError(f"table must be a ToleranceTable, got {type(table).__name__}")
     dt = canonical_dtype(dtype)
-    ent = cached_entry(table, op, dt, hardware)
+    ent = cached_entry(table, op, dt, hardware, hardware_policy=hardware_policy)
     a = as_array(actual, name="actual")
     e = as_array(expected, name="expected")
     fast = fast_check(a, e, ent, covariates)  # one fused pass where the entry allows it
@@ -254,6 +257,7 @@ def assert_close(
     covariates: Mapping[str, Any] | None = None,
     allow_nan: bool = False,
     msg: str | None = None,
+    hardware_policy: str | None = None,
 ) -> CheckResult:
     """Like :func:`check`, but raise ``AssertionError`` with an explanation on failure.
 
@@ -270,8 +274,9 @@ def assert_close(
     AssertionError
         The check failed.
     """
+    __tracebackhide__ = True  # pytest: show the caller's line and the message, not this frame
     r = check(actual, expected, op=op, dtype=dtype, table=table, hardware=hardware, covariates=covariates,
-              allow_nan=allow_nan)
+              allow_nan=allow_nan, hardware_policy=hardware_policy)
     if not r.passed:
         text = r.message()
         raise AssertionError(f"{msg}\n{text}" if msg else text)

@@ -107,13 +107,16 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from . import save
+    from . import _cli_collect, save
     from .evaluate import EvalConfig, calibration_dataset
 
-    ops = args.ops.split(",") if args.ops else None
-    cfg = EvalConfig(ops=ops, dtypes=tuple(args.dtypes.split(",")), n_cal=args.cases,
-                     seed=args.seed, quick=args.quick)
-    ds = calibration_dataset(cfg, progress=args.progress)
+    if _cli_collect.wanted(args):
+        ds = _cli_collect.run(args)
+    else:
+        ops = args.ops.split(",") if args.ops else None
+        cfg = EvalConfig(ops=ops, dtypes=tuple(args.dtypes.split(",")), n_cal=args.cases,
+                         seed=args.seed, quick=args.quick)
+        ds = calibration_dataset(cfg, progress=args.progress)
     save(ds, args.output)
     print(summary_table(ds))
     print(f"wrote {args.output} ({ds.sizes['run']} runs)")
@@ -144,27 +147,51 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_array(path: str) -> np.ndarray:
-    if path.endswith(".npz"):
-        with np.load(path) as z:
-            if len(z.files) != 1:
-                raise ValueError(f"{path}: expected one array in the .npz, found {z.files}")
-            return z[z.files[0]]
-    return np.load(path, allow_pickle=False)
+def _load_array(path: str, dtype: str | None = None) -> np.ndarray:
+    from ._npy import load_array
+
+    return load_array(path, dtype)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from . import check, load_table
 
     table = load_table(args.table)
-    res = check(_load_array(args.actual), _load_array(args.expected), op=args.op,
+    actual, expected = _load_array(args.actual, args.dtype), _load_array(args.expected, args.dtype)
+    res = check(actual, expected, op=args.op,
                 dtype=args.dtype, table=table, hardware=args.hardware,
-                covariates=_parse_covariates(args.cov))
+                covariates=_parse_covariates(args.cov), hardware_policy=args.hardware_policy)
     print(res.message() if not res.passed else
           f"PASS {args.op}/{res.dtype}: " + ", ".join(
               f"{k}={v:.4g} <= {res.thresholds[k]:.4g} ({100 * res.ratios[k]:.1f}% of threshold)"
               for k, v in res.statistics.items()))
     return 0 if res.passed else 1
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from . import merge_records, open_errors, save
+
+    ds = merge_records([open_errors(p) for p in args.inputs], dedupe=not args.keep_duplicates)
+    save(ds, args.output)
+    print(f"wrote {args.output} ({ds.sizes['run']} runs)")
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from . import load_table
+    from .review import show_table
+
+    print(show_table(load_table(args.table), name=args.table))
+    return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from . import load_table
+    from .review import diff_tables
+
+    print(diff_tables(load_table(args.old), load_table(args.new), names=(args.old, args.new),
+                      changed_only=args.changed_only))
+    return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -217,7 +244,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--no-plots", action="store_true")
     e.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     e.set_defaults(func=_cmd_evaluate)
-    c = sub.add_parser("collect", help="collect an error dataset of the corpus's correct kernels")
+    c = sub.add_parser("collect", help="collect an error dataset of your kernel (--kernel MODULE:FUNCTION "
+                       "...) or of the corpus's correct kernels")
     c.add_argument("-o", "--output", required=True, help=".nc or .zarr")
     c.add_argument("--ops", help="comma-separated ops (default: all)")
     c.add_argument("--dtypes", default="float16,bfloat16")
@@ -225,6 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--quick", action="store_true")
     c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    from ._cli_collect import add_arguments as _user_kernel_arguments
+
+    _user_kernel_arguments(c)
     c.set_defaults(func=_cmd_collect)
     k = sub.add_parser("calibrate", help="select thresholds under a false-positive budget -> TABLE.json")
     k.add_argument("errors", help="error dataset (.nc or .zarr)")
@@ -247,7 +278,24 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--table", required=True)
     h.add_argument("--hardware", default=None)
     h.add_argument("--cov", action="append", metavar="NAME=VALUE", help="covariate, e.g. K=512")
+    h.add_argument("--hardware-policy", default="error", choices=["exact", "pooled", "nearest", "error"],
+                   help="when this machine (or --hardware) is not in the table (default: error; "
+                        "see docs/plugin.md)")
     h.set_defaults(func=_cmd_check)
+    m = sub.add_parser("merge", help="merge calibration data and CI records (labels/covariates reconciled, "
+                       "repeated records dropped)")
+    m.add_argument("inputs", nargs="+", help="error datasets (.nc or .zarr), preferred first")
+    m.add_argument("-o", "--output", required=True, help=".nc or .zarr")
+    m.add_argument("--keep-duplicates", action="store_true", help="keep repeated identical records")
+    m.set_defaults(func=_cmd_merge)
+    w = sub.add_parser("show", help="list a tolerance table per group (thresholds also as atol/rtol)")
+    w.add_argument("table", help="TABLE.json or .nc")
+    w.set_defaults(func=_cmd_show)
+    f = sub.add_parser("diff", help="per-group changes between two tolerance tables (for review)")
+    f.add_argument("old")
+    f.add_argument("new")
+    f.add_argument("--changed-only", action="store_true", help="leave out unchanged groups")
+    f.set_defaults(func=_cmd_diff)
     r = sub.add_parser("report", help="write a Markdown report (tables and plots) of an evaluation")
     r.add_argument("results", help="folder written by 'tolstat evaluate'")
     r.set_defaults(func=_cmd_report)

@@ -210,7 +210,7 @@ def calibration_dataset(cfg: EvalConfig, *, progress: bool | None = None) -> xr.
     total = sum(len(corpus.OPS[op].variants) for op in ops) * cfg.n_cal * len(cfg.dtypes)
     sink = _SampleSink(total, 512)
     parts = []
-    bar = tqdm(total=len(ops) * len(cfg.dtypes), desc="calibrate", disable=None if progress is None else not progress)
+    bar = tqdm(total=len(ops) * len(cfg.dtypes), desc="collect", disable=None if progress is None else not progress)
     for op in ops:
         for dt in cfg.dtypes:
             pairs = _same_covariates(_pairs_for(op, dt, cfg.n_cal, cfg.seed, cfg.quick), op)

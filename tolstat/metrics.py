@@ -28,6 +28,9 @@ import numba
 import numpy as np
 
 from ._dtypes import TargetDtype, target_dtype
+from . import _numba_cache
+
+_numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
 __all__ = ["ErrorMetrics", "error_metrics", "ulp_distance", "as_array", "ordered_int"]
 
@@ -57,8 +60,14 @@ def as_array(x: Any, *, name: str = "array") -> np.ndarray:
     if hasattr(x, "__dlpack__"):
         try:
             return np.from_dlpack(x)
-        except Exception as exc:  # pragma: no cover - depends on producer
-            raise TypeError(f"{name}: cannot import {type(x).__name__} via DLPack: {exc}") from exc
+        except Exception as exc:  # numpy refuses bfloat16/float8 DLPack dtypes
+            from ._dlpack import from_dlpack_lowp
+
+            try:
+                return from_dlpack_lowp(x, name=name)
+            except TypeError as low:
+                raise TypeError(f"{name}: cannot import {type(x).__name__} via DLPack: {exc}; "
+                                f"{low}") from exc
     try:
         return np.asarray(x)
     except Exception as exc:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
-import fcntl
 import json
 import os
 import shutil
@@ -43,6 +42,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 import xarray as xr
+from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
 from ._dtypes import canonical_dtype
@@ -105,18 +105,20 @@ def _manifest(*, op: str, dtype: str, seed: int, runs: int, hardware: str,
 
 @contextlib.contextmanager
 def _locked(store: Path) -> Iterator[None]:
+    """Hold the store's lock file (portable: ``filelock`` uses ``flock`` on POSIX and
+    ``msvcrt`` on Windows); fail at once if another process holds it."""
     lock = store.with_name(f".{store.name}.lock")
-    with open(lock, "a+") as fh:
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(
-                f"{os.fspath(store)!r} is being written by another process (lock {os.fspath(lock)!r})"
-            ) from None
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    try:
+        held = FileLock(os.fspath(lock), timeout=0, thread_local=False, is_singleton=False)
+        held.acquire()
+    except Timeout:
+        raise RuntimeError(
+            f"{os.fspath(store)!r} is being written by another process (lock {os.fspath(lock)!r})"
+        ) from None
+    try:
+        yield
+    finally:
+        held.release()
 
 
 def _zarr_group(path: Path, mode: str = "r+") -> Any:

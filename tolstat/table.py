@@ -309,16 +309,37 @@ class ToleranceTable:
                     )
         return None
 
-    def entry(self, op: str, dtype: Any, hardware: str | None = None) -> ToleranceEntry:
+    def entry(self, op: str, dtype: Any, hardware: str | None = None, *,
+              hardware_policy: str | None = None) -> ToleranceEntry:
         """The thresholds for (op, dtype, hardware), with the declared fallbacks.
+
+        Parameters
+        ----------
+        op, dtype : str
+            The group (any dtype spelling).
+        hardware : str, optional
+            Hardware label. With a ``hardware_policy`` and no ``hardware``, this
+            machine's label (:func:`tolstat.hardware_fingerprint`).
+        hardware_policy : {None, "exact", "pooled", "nearest", "error"}
+            What to do when ``hardware`` is not calibrated (:mod:`tolstat.hwpolicy`);
+            ``None`` keeps the fallbacks of the class docstring.
 
         Raises
         ------
         KeyError
-            No group matches; the message lists the groups available.
+            No group matches; the message lists the groups available (with a policy:
+            this machine's hardware and the table's).
         """
         dt = canonical_dtype(dtype)
-        hit = self._find(str(op), dt, None if hardware is None else str(hardware))
+        if hardware_policy is not None:  # explicit hardware policy (tolstat.hwpolicy)
+            from . import hwpolicy
+
+            hw = str(hardware) if hardware is not None else hwpolicy.machine_hardware()
+            mx = self.data["threshold"].values[:, 0]
+            hit = hwpolicy.resolve_group(self.groups, mx, str(op), dt, hw, hardware_policy)
+            hardware = hw
+        else:
+            hit = self._find(str(op), dt, None if hardware is None else str(hardware))
         if hit is None:
             avail = ", ".join(f"({o}, {d}, {h})" for o, d, h in self.groups)
             raise KeyError(
@@ -365,7 +386,9 @@ class ToleranceTable:
         as the strings ``"inf"``/``"nan"``. Keys are sorted, so equal tables give equal
         files.
         """
-        text = json.dumps(self.to_dict(), indent=1, sort_keys=True, allow_nan=False) + "\n"
+        from .review import table_json
+
+        text = table_json(self)
         if path is not None:
             atomic_write_text(path, text)
         return text
@@ -381,6 +404,7 @@ class ToleranceTable:
         covariates: Mapping[str, Any] | None = None,
         *,
         skip_unsupported: bool = True,
+        hardware_policy: str | None = None,
     ) -> dict[tuple[str, str], dict[str, float]]:
         """``{(op, dtype): {"atol": ..., "rtol": ...}}`` for ``torch.testing.assert_close``.
 
@@ -402,7 +426,7 @@ class ToleranceTable:
         out: dict[tuple[str, str], dict[str, float]] = {}
         for op, dt in dict.fromkeys((o, d) for o, d, _ in self.groups):
             try:
-                atol, rtol = self.entry(op, dt, hardware).allclose(covariates)
+                atol, rtol = self.entry(op, dt, hardware, hardware_policy=hardware_policy).allclose(covariates)
             except (ValueError, KeyError):
                 if skip_unsupported:
                     continue
@@ -434,6 +458,8 @@ def load_table(path: str | os.PathLike[str]) -> ToleranceTable:
         if int(d["tolstat_table"]) != TABLE_SCHEMA:
             raise ValueError(f"{os.fspath(p)!r}: table schema {d['tolstat_table']} is not supported "
                              f"(this tolstat reads {TABLE_SCHEMA})")
+        if isinstance(d.get("volatile"), dict):  # reviewable layout (tolstat.review): keep it
+            d["provenance"] = {**d.get("provenance", {}), "volatile": d["volatile"]}
         return ToleranceTable.from_groups(d["groups"], d)
     ds = xr.open_dataset(p, engine="h5netcdf").load()
     ds.close()

@@ -1,0 +1,365 @@
+"""Unit tests of tolstat.certify: units, split, normalisers, score, thresholds and their labels."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
+
+from tolstat.certify import (
+    NotEnoughData,
+    UnreachableThresholdWarning,
+    _holm,
+    certify,
+    collapse,
+    fit_normalisers,
+    fit_size,
+    score,
+    split_units,
+    union_budget,
+)
+from tolstat.estimators.orderstat import order_statistic_min_n, order_statistic_rank
+
+
+# --------------------------------------------------------------------------- units
+def test_collapse_cluster_is_its_per_statistic_max():
+    st = {"a": [1.0, 3.0, 2.0, 5.0], "b": [4.0, np.nan, 1.0, np.nan]}
+    u = collapse(st, cluster=["x", "x", "y", "y"])
+    assert u.n == 2 and u.n_runs == 4 and u.n_clusters == 2 and u.n_duplicates == 0
+    np.testing.assert_array_equal(u.values, [[3.0, 4.0], [5.0, 1.0]])
+    u2 = collapse({"a": [1.0, 2.0], "b": [np.nan, np.nan]}, cluster=[0, 0])
+    assert u2.values[0, 0] == 2.0 and np.isnan(u2.values[0, 1])
+
+
+def test_duplicates_need_identical_covariates_and_statistics():
+    st = {"a": [1.0, 1.0, 1.0, 2.0]}
+    # ties without covariates are not duplicates (a lattice has many)
+    assert collapse(st).n == 4
+    u = collapse(st, covariates={"seed": [0, 0, 1, 0]})
+    assert u.n == 3 and u.n_duplicates == 1
+    # -0.0 and 0.0 compare equal, NaN equals NaN
+    u = collapse({"a": [0.0, -0.0, np.nan, np.nan]}, covariates=[[1], [1], [2], [2]])
+    assert u.n_duplicates == 2
+
+
+def test_duplicates_with_non_numeric_covariates():
+    st = {"a": [1.0, 1.0, 1.0]}
+    u = collapse(st, covariates={"shape": [(2, 3), (2, 3), (3, 2)], "dtype": ["f16", "f16", "f16"]})
+    assert u.n == 2 and u.n_duplicates == 1
+    res = certify({"a": np.r_[np.ones(3), np.zeros(300)]}, fp_budget=0.01,
+                  covariates={"case": ["x", "x", "y"] + list(range(300))})
+    assert res["all"].n_duplicates == 1 and res["all"].n_units == 302
+
+
+def test_collapse_validates():
+    with pytest.raises(ValueError, match="different numbers of runs"):
+        collapse({"a": [1, 2], "b": [1]})
+    with pytest.raises(ValueError, match="cluster has 1 labels for 2 runs"):
+        collapse({"a": [1, 2]}, cluster=[0])
+    with pytest.raises(ValueError, match="covariates have 3 runs"):
+        collapse({"a": [1, 2]}, covariates=[1, 2, 3])
+
+
+# --------------------------------------------------------------------------- split
+def test_fit_size_rules():
+    assert fit_size(400, 1, 299) == 0  # one statistic: no run spent on normalisers
+    assert fit_size(400, 3, 299) == 80  # 20%
+    assert fit_size(30, 3, 299) == 10  # min_fit
+    assert fit_size(5000, 3, 299) == 200  # max_fit
+    # lowered so B keeps the units its own order statistic needs
+    assert fit_size(320, 2, 299) == 21
+    assert fit_size(305, 2, 299) == 6  # down to 1 unit rather than a refusal
+    assert fit_size(299, 2, 299) == 60  # cannot reach 299 anyway: default size
+    assert fit_size(2, 2, 299) == 1  # B keeps at least one unit
+    with pytest.raises(ValueError, match="n_units must be >= 1"):
+        fit_size(0, 2, 10)
+
+
+def test_split_is_deterministic_and_disjoint():
+    a1, b1 = split_units(50, 10, seed=3)
+    a2, b2 = split_units(50, 10, seed=3)
+    np.testing.assert_array_equal(a1, a2)
+    assert a1.size == 10 and b1.size == 40 and not set(a1) & set(b1)
+    a3, _ = split_units(50, 10, seed=4)
+    assert not np.array_equal(a1, a3)
+    with pytest.raises(ValueError, match="n_fit must lie in"):
+        split_units(5, 6)
+
+
+def test_normalisers_floor_and_quantile():
+    v = np.array([[0.0, 1.0], [0.0, 2.0], [0.0, 3.0], [0.0, np.nan]])
+    q = fit_normalisers(v, quantile=0.5, resolution={"T0": 0.25, "T1": 7.0})
+    assert q[0] == 0.25  # all zero -> the resolution
+    assert q[1] == float(np.quantile([1.0, 2.0, 3.0], 0.5, method="higher"))
+    assert fit_normalisers(np.zeros((3, 1)))[0] == 1.0  # no resolution -> 1
+
+
+# --------------------------------------------------------------------------- score
+def test_score_is_max_ratio_skipping_nan():
+    s, which = score({"a": [1.0, np.nan, np.nan, np.inf], "b": [0.5, 2.0, np.nan, 0.0]},
+                     {"a": 2.0, "b": 1.0}, which=True)
+    np.testing.assert_array_equal(s[[0, 1, 3]], [0.5, 2.0, np.inf])
+    assert np.isnan(s[2])
+    assert list(which) == ["a", "b", "", "a"]
+    assert float(score({"a": 3.0, "extra": 100.0}, {"a": 2.0})) == 1.5
+    with pytest.raises(ValueError, match=r"lacks the normalised statistics \['b'\]"):
+        score({"a": 1.0}, {"a": 1.0, "b": 1.0})
+    with pytest.raises(ValueError, match="finite and > 0"):
+        score({"a": 1.0}, {"a": 0.0})
+
+
+# --------------------------------------------------------------------------- budgets
+def test_union_budget_bonferroni_and_stated_sidak():
+    assert union_budget(0.01, 4) == 0.0025
+    with pytest.raises(ValueError, match="not a union bound"):
+        union_budget(0.01, 4, method="sidak")
+    assert union_budget(0.01, 4, method="sidak", independent=True) == pytest.approx(1 - 0.99 ** 0.25)
+
+
+def test_holm_parity_with_statsmodels():
+    p = np.random.default_rng(0).random(17) ** 3
+    np.testing.assert_allclose(_holm(p), multipletests(p, method="holm")[1])
+
+
+# --------------------------------------------------------------------------- certify
+def test_order_statistic_threshold_is_the_binomial_rank_of_B():
+    rng = np.random.default_rng(1)
+    t = {"m": np.abs(rng.standard_normal(500)), "r": rng.exponential(size=500)}
+    c = certify(t, fp_budget=0.01, seed=5)["all"]
+    assert c.method == "order_statistic" and c.n_fit == 100 and c.n_cal == 400
+    u = collapse(t)
+    iA, iB = split_units(500, 100, 5)
+    q = fit_normalisers(u.values[iA], names=("m", "r"))
+    s = np.sort(np.max(u.values[iB] / q, axis=1))
+    r = int(order_statistic_rank(400, 0.99, 0.95)[0])
+    assert c.rank == r and c.threshold == s[r - 1]
+    assert c.normalisers == {"m": q[0], "r": q[1]}
+    assert "PAC" in c.guarantee and "0.95" in c.guarantee
+    import json
+
+    d = json.loads(json.dumps(c.to_dict()))
+    assert d["threshold"] == c.threshold and d["flags"] == [] and d["normalisers"] == c.normalisers
+    # the same score function checks new runs
+    assert bool(c.passes({"m": 0.0, "r": 0.0})) and not bool(c.passes({"m": 1e3, "r": 0.0}))
+
+
+def test_one_statistic_uses_every_unit():
+    x = np.random.default_rng(2).exponential(size=299)
+    c = certify({"m": x}, fp_budget=0.01)["all"]
+    assert c.n_fit == 0 and c.n_cal == 299
+    # threshold in the statistic's units is the sample maximum (rank 299 of 299)
+    assert c.threshold * c.normalisers["m"] == pytest.approx(x.max())
+
+
+def test_refusal_names_group_and_units_needed():
+    x = np.random.default_rng(3).exponential(size=100)
+    with pytest.raises(NotEnoughData, match=r"group g: 100 calibration units < 299") as e:
+        certify({"m": x}, np.full(100, "g"), fp_budget=0.01)
+    assert e.value.n_needed == 299 and e.value.group == "g"
+    assert isinstance(e.value, ValueError)
+    res = certify({"m": x}, fp_budget=0.01, on_refusal="record")
+    assert not res.groups and res.refused["all"].n_needed == 299
+    with pytest.raises(NotEnoughData, match="group all"):
+        res["all"]
+
+
+def test_clusters_count_as_one_unit():
+    rng = np.random.default_rng(4)
+    case = np.repeat(np.arange(200), 3)
+    x = np.repeat(rng.exponential(size=200), 3)
+    with pytest.raises(NotEnoughData, match=r"200 calibration units < 299"):
+        certify({"m": x}, fp_budget=0.01, cluster=case)
+    c = certify({"m": x}, fp_budget=0.02, cluster=case)["all"]
+    assert c.n_units == 200 and c.n_clusters == 200 and c.n_runs == 600
+    assert "cluster" in c.guarantee
+
+
+def test_exact_op_gets_the_floor_not_a_refusal():
+    c = certify({"m": np.zeros(20), "r": np.zeros(20)}, fp_budget=0.01, floor={"m": 1.0, "r": 0.5})["all"]
+    assert c.method == "exact" and c.threshold == 1.0 and "floor_raised" in c.flags
+    assert "no probabilistic promise" in c.guarantee
+    # a correctly rounded output (every statistic at its floor) passes, more fails
+    assert bool(c.passes({"m": 1.0, "r": 0.5})) and not bool(c.passes({"m": 1.01, "r": 0.0}))
+    # enough exact units: the order statistic (0) raised to the floor
+    c = certify({"m": np.zeros(400)}, fp_budget=0.01, floor=0.25)["all"]
+    assert c.method == "order_statistic" and c.threshold * c.normalisers["m"] == 0.25
+
+
+def test_floor_raises_threshold_in_statistic_units():
+    x = np.random.default_rng(5).exponential(size=400) * 1e-3
+    c = certify({"m": x}, fp_budget=0.01, floor=1.0)["all"]
+    assert c.threshold * c.normalisers["m"] == pytest.approx(1.0) and "floor_raised" in c.flags
+
+
+def test_unreachable_threshold_is_flagged_and_warned():
+    rng = np.random.default_rng(6)
+    t = {"m": np.abs(rng.standard_normal(400)), "bias": np.abs(rng.standard_normal(400))}
+    with pytest.warns(UnreachableThresholdWarning, match="bias can reach"):
+        c = certify(t, fp_budget=0.01, upper={"bias": 0.5})["all"]
+    assert c.unreachable == ("bias",) and "unreachable:bias" in c.flags and "never_fails" not in c.flags
+    with pytest.warns(UnreachableThresholdWarning, match="the check can never fail"):
+        c = certify(t, fp_budget=0.01, upper={"bias": 0.5, "m": 0.5})["all"]
+    assert "never_fails" in c.flags
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        certify(t, fp_budget=0.01, upper={"bias": 1e6})
+
+
+def test_conformal_is_labelled_marginal():
+    x = np.random.default_rng(7).exponential(size=150)
+    c = certify({"m": x}, fp_budget=0.01, rule="conformal")["all"]
+    assert c.method == "conformal" and c.guarantee.startswith("marginal") and "no confidence level" in c.guarantee
+    assert c.rank == math.ceil(151 * 0.99 - 1e-9)
+
+
+def test_nan_statistic_left_out_and_infinite_refused():
+    rng = np.random.default_rng(8)
+    t = {"m": rng.exponential(size=400), "row": np.full(400, np.nan)}
+    c = certify(t, fp_budget=0.01)["all"]
+    assert set(c.normalisers) == {"m"} and c.n_fit == 0
+    t["m"][3] = np.inf
+    with pytest.raises(ValueError, match="infinite.*non-finite output"):
+        certify(t, fp_budget=0.01)
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(fp_budget=0.0), "fp_budget must lie strictly between 0 and 1"),
+    (dict(fp_budget=0.01, confidence=1.0), "confidence must lie strictly"),
+    (dict(fp_budget=0.01, rule="evt"), "rule must be one of"),
+    (dict(fp_budget=0.01, on_refusal="skip"), "on_refusal must be"),
+    (dict(fp_budget=0.01, floor={"zz": 1.0}), r"floor names unknown statistics \['zz'\]"),
+    (dict(fp_budget=0.01, floor=-1.0), "floor must be >= 0"),
+])
+def test_certify_validates(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        certify({"m": np.ones(400)}, **kw)
+
+
+def test_negative_statistics_refused():
+    with pytest.raises(ValueError, match="nonnegative"):
+        certify({"m": -np.ones(400)}, fp_budget=0.01)
+
+
+# --------------------------------------------------------------------------- pooling
+def _groups(rng, g=10, n=30, scale0=1.0):
+    x = np.abs(rng.standard_normal(g * n))
+    x[:n] *= scale0
+    return {"m": x}, np.repeat([f"g{i}" for i in range(g)], n)
+
+
+def test_pooling_with_two_statistics_spends_few_fitting_units():
+    rng = np.random.default_rng(16)
+    st = {"m": np.abs(rng.standard_normal(300)), "r": rng.exponential(size=300)}
+    lab = np.repeat([f"g{i}" for i in range(10)], 30)
+    res = certify(st, lab, fit_fraction=0.2, fp_budget=0.01)
+    c = res["g0"]
+    # 300 units, 299 needed: one unit fits the pool's shared normalisers
+    assert c.n_scores == 299 and c.n_fit == 1 and res["g1"].n_fit == 0
+    assert res["g0"].normalisers == res["g7"].normalisers
+    res = certify(st, lab, fp_budget=0.02)  # room: min_fit = 10 units in all, one per group
+    assert res["g0"].n_scores == 290 and all(res[g].n_fit == 1 for g in res.groups)
+
+
+def test_pooling_gives_every_exchangeable_group_a_threshold():
+    st, lab = _groups(np.random.default_rng(9))
+    res = certify(st, lab, fp_budget=0.01)
+    assert len(res.groups) == 10 and not res.refused
+    c = res["g3"]
+    assert c.method == "pooled_order_statistic" and len(c.pool) == 10 and c.n_scores == 300
+    assert c.pool_p > 0.01 and "not proved" in c.guarantee
+    assert c.threshold * c.normalisers["m"] == pytest.approx(st["m"].max())
+
+
+def test_pooling_refuses_a_group_with_larger_scores():
+    st, lab = _groups(np.random.default_rng(10), scale0=3.0)
+    res = certify(st, lab, fp_budget=0.02, on_refusal="record")
+    assert "g0" in res.refused and res.refused["g0"].n_needed == 149
+    assert "not exchangeable" in str(res.refused["g0"])
+    assert all("g0" not in c.pool for c in res.groups.values())
+    assert len(res.groups) == 9
+
+
+def test_pooling_respects_pool_by_and_min_pool():
+    st, lab = _groups(np.random.default_rng(11))
+    key = {f"g{i}": ("a" if i < 2 else "b") for i in range(10)}
+    res = certify(st, lab, fp_budget=0.02, pool_by=key, on_refusal="record")
+    assert set(res.refused) == {"g0", "g1"} and "min_pool" in str(res.refused["g0"])
+    assert res["g5"].pool == tuple(f"g{i}" for i in range(2, 10))
+    res = certify(st, lab, fp_budget=0.02, pooling=False, on_refusal="record")
+    assert len(res.refused) == 10 and "pooling is off" in str(res.refused["g0"])
+
+
+def test_large_group_keeps_its_own_threshold_and_lends_scores():
+    rng = np.random.default_rng(12)
+    x = np.abs(rng.standard_normal(400 + 9 * 30))
+    lab = np.array(["big"] * 400 + [f"s{i // 30}" for i in range(270)])
+    res = certify({"m": x}, lab, fp_budget=0.01)
+    assert res["big"].method == "order_statistic" and res["big"].pool == ()
+    assert res["s0"].method == "pooled_order_statistic" and "big" in res["s0"].pool
+
+
+def test_exact_group_is_not_a_donor():
+    rng = np.random.default_rng(13)
+    x = np.concatenate([np.zeros(30), np.abs(rng.standard_normal(300))])
+    lab = np.repeat([f"g{i}" for i in range(11)], 30)
+    res = certify({"m": x}, lab, fp_budget=0.01, floor=0.5)
+    assert res["g0"].method == "exact"
+    assert "g0" not in res["g1"].pool and res["g1"].n_scores == 300
+
+
+def test_pooled_threshold_promise_in_simulation_3x_group():
+    """Non-exchangeable group (3x larger): refused, or its threshold keeps the promise."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from _certify_sim import run_cell
+
+    c = run_cell("light (half-normal)", 30, 1e-2, groups=10, repeats=100, scale0=3.0)
+    assert c.refused >= 0.9 * c.repeats, c
+    # a refusal promises nothing, so it is no violation: over all calibrations the rate of
+    # thresholds whose true FP exceeds the budget stays within 1 - confidence + 2 MC s.e.
+    lim = 0.05 + 2 * math.sqrt(0.05 * 0.95 / c.repeats)
+    assert c.violations / c.repeats <= lim, c
+
+
+def test_n_needed_is_enough_with_two_statistics():
+    rng = np.random.default_rng(14)
+
+    def t(n):
+        return {"m": rng.exponential(size=n), "r": rng.exponential(size=n)}
+
+    with pytest.raises(NotEnoughData, match="group all") as e:
+        certify(t(299), fp_budget=0.01)
+    need = e.value.n_needed
+    assert need == order_statistic_min_n(0.99, 0.95) + 1
+    c = certify(t(need), fp_budget=0.01)["all"]
+    assert c.n_cal == 299 and c.n_fit == 1
+    with pytest.raises(NotEnoughData, match="group all"):
+        certify(t(need - 1), fp_budget=0.01)
+
+
+def test_group_labels_must_be_one_per_run():
+    with pytest.raises(ValueError, match="one label per run"):
+        certify({"m": np.ones(4)}, [("a", "b")] * 4, fp_budget=0.5)
+
+
+def test_undeclared_clusters_break_the_promise_declared_ones_do_not():
+    """100 cases x 3 identical variants: counted as 300 runs the threshold under-covers."""
+    rng = np.random.default_rng(15)
+    case = np.repeat(np.arange(100), 3)
+    viol = refused = 0
+    R = 200
+    for i in range(R):
+        x = np.repeat(np.abs(rng.standard_normal(100)), 3)
+        c = certify({"m": x}, fp_budget=0.02, seed=i)["all"]  # undeclared: n = 300 >= 149
+        viol += stats.halfnorm.sf(c.threshold * c.normalisers["m"]) > 0.02
+        res = certify({"m": x}, fp_budget=0.02, cluster=case, on_refusal="record")
+        refused += "all" in res.refused
+    # with 100 independent units the max keeps the 0.98-quantile only with prob 1 - 0.98**100 = 0.87
+    assert viol / R > 0.05 + 2 * math.sqrt(0.05 * 0.95 / R)
+    assert refused == R  # declared: 100 units < 149 needed

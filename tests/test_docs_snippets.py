@@ -1,0 +1,80 @@
+"""Every ```python snippet of README.md and docs/*.md runs as written.
+
+Each file's snippets run in order in one namespace, in a temporary folder (files they
+write land there). A snippet that is deliberately not runnable is marked with a
+``<!-- no-run -->`` line right above its fence; keep those rare. Python code must be
+fenced as ``python`` (other spellings would silently escape this test).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NO_RUN = "<!-- no-run -->"
+FENCE = re.compile(r"^(`{3,}|~{3,})\s*([^\s`]*)")
+
+
+def doc_files() -> list[Path]:
+    return [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md")
+                                        if "_build" not in p.parts)]
+
+
+def snippets(path: Path) -> list[tuple[int, str, bool]]:
+    """(first line number, code, runnable) of each ```python block of ``path``."""
+    out: list[tuple[int, str, bool]] = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        fence, info = m.group(1), m.group(2).lower()
+        prev = next((ln.strip() for ln in reversed(lines[:i]) if ln.strip()), "")
+        j = i + 1
+        while j < len(lines) and not lines[j].startswith(fence):
+            j += 1
+        if info in ("py", "python3", "pycon", "ipython"):
+            raise AssertionError(f"{path.name}:{i + 1}: fence python code as ```python, not {info!r}")
+        if info == "python":
+            out.append((i + 2, "\n".join(lines[i + 1:j]), prev != NO_RUN))
+        i = j + 1
+    return out
+
+
+def test_there_are_snippets_and_few_are_exempt():
+    found = {p.name: snippets(p) for p in doc_files()}
+    total = sum(len(s) for s in found.values())
+    exempt = [(name, line) for name, s in found.items() for line, _, run in s if not run]
+    assert total >= 8, found.keys()
+    assert len(exempt) <= 2, exempt
+
+
+def test_snippet_parser(tmp_path):
+    md = tmp_path / "x.md"
+    md.write_text("text\n```python\nx = 1\n```\n\n<!-- no-run -->\n```python\nboom(\n```\n"
+                  "```bash\nls\n```\n````python\ny = x\n````\n")
+    assert snippets(md) == [(3, "x = 1", True), (8, "boom(", False), (14, "y = x", True)]
+    md.write_text("```py\nx = 1\n```\n")
+    with pytest.raises(AssertionError, match="fence python code as"):
+        snippets(md)
+
+
+@pytest.mark.parametrize("path", [p for p in doc_files() if any(b[2] for b in snippets(p))],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_snippets_run(path, tmp_path, monkeypatch):
+    blocks = [b for b in snippets(path) if b[2]]
+    if any(re.search(r"^\s*(import|from) torch\b", code, re.M) for _, code, _ in blocks):
+        pytest.importorskip("torch")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {"__name__": f"snippets_{path.stem}"}
+    for line, code, _ in blocks:
+        # pad so that tracebacks show the line number in the Markdown file
+        exec(compile("\n" * (line - 1) + code, str(path), "exec"), namespace)

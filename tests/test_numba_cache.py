@@ -1,0 +1,89 @@
+"""tolstat's numba kernels cache outside the installed package (issue: an empty
+``site-packages/tolstat`` left by pip's uninstall shadowed an editable install)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import tolstat
+from tolstat import _numba_cache
+from tolstat.estimators import evt
+from tolstat.metrics import _ulp_kernel
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _locator(dispatcher):
+    return dispatcher._cache._impl.locator
+
+
+def test_package_kernels_cache_outside_the_package():
+    for fn in (_ulp_kernel, evt._gpd_mle_core):
+        loc = _locator(fn)
+        assert type(loc).__name__ == "TolstatCacheLocator"
+        path = Path(loc.get_cache_path()).resolve()
+        assert not path.is_relative_to(_numba_cache.PACKAGE_DIR), path
+
+
+def test_other_numba_functions_keep_numbas_locators(tmp_path):
+    import numba
+
+    mod = tmp_path / "usermod.py"
+    mod.write_text("import numba\n@numba.njit(cache=True)\ndef f(x):\n    return x + 1\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import usermod
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("usermod", None)
+    assert isinstance(usermod.f, numba.core.registry.CPUDispatcher)
+    assert type(_locator(usermod.f)).__name__ != "TolstatCacheLocator"
+
+
+def test_cache_root_prefers_env_and_skips_unwritable(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOLSTAT_CACHE_DIR", str(tmp_path / "c"))
+    assert _numba_cache.cache_root() == tmp_path / "c" / "numba"
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("TOLSTAT_CACHE_DIR", str(blocker))  # cannot mkdir below a file
+    root = _numba_cache.cache_root()
+    assert root is not None and root != blocker / "numba"
+    assert not root.resolve().is_relative_to(_numba_cache.PACKAGE_DIR)
+
+
+def test_cache_root_never_inside_the_package(monkeypatch):
+    monkeypatch.setenv("TOLSTAT_CACHE_DIR", str(_numba_cache.PACKAGE_DIR))
+    root = _numba_cache.cache_root()
+    assert root is None or not root.resolve().is_relative_to(_numba_cache.PACKAGE_DIR)
+
+
+def test_install_is_idempotent():
+    from numba.core import caching
+
+    impl = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")
+    before = list(impl._locator_classes)
+    _numba_cache.install()
+    assert impl._locator_classes == before
+    assert sum(c.__name__ == "TolstatCacheLocator" for c in before) == 1
+
+
+def test_a_fresh_process_writes_its_cache_to_the_user_folder(tmp_path):
+    code = textwrap.dedent("""
+        import numpy as np
+        from tolstat.metrics import _ulp_kernel
+        from tolstat import ulp_distance
+        a = np.linspace(-1, 1, 11)
+        ulp_distance(a.astype(np.float16), a, np.float16)
+    """)
+    env = dict(os.environ, TOLSTAT_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    env.pop("NUMBA_CACHE_DIR", None)
+    before = set(Path(tolstat.__file__).parent.rglob("*.nb[ic]"))
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
+    assert list((tmp_path / "numba").rglob("*.nbi")), "nothing cached"
+    assert set(Path(tolstat.__file__).parent.rglob("*.nb[ic]")) == before

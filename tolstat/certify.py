@@ -1,0 +1,915 @@
+"""Certified calibration: per-run statistics -> one combined score -> a threshold with a stated promise.
+
+This layer works on plain arrays. Its input is, per group (e.g. an (op, dtype, hardware)
+cell), a few per-run *check statistics* ``T_j`` (e.g. the maximum, RMS and bias of the
+normalised error of one kernel output); its output is, per group, a set of normalisers
+``q_j`` and one threshold on the combined score
+
+.. math:: S = \\max_j T_j / q_j ,
+
+with the promise of the path that produced it, stated exactly (:attr:`GroupCertificate.guarantee`).
+One combined score is calibrated with the full budget: no budget is split between statistics.
+
+Steps, per group:
+
+1. **Units** (:func:`collapse`). Exact duplicate runs (identical statistic vectors and
+   covariates) are collapsed to one run, and each declared cluster (e.g. ``case``: the same
+   inputs through several correct variants) to ONE unit, its per-statistic maximum. The
+   maximum is conservative for any member: a run of any variant has ``S`` at most its
+   unit's ``S``. Independence is *assumed across* units (clusters), never within.
+2. **Split** (:func:`split_units`, :func:`fit_size`). A deterministic seeded split of the
+   units into a fitting part A (normalisers) and a calibration part B (threshold).
+   Conditional on A, the scores of B are i.i.d., so the order-statistic promise holds at
+   finite n. With one statistic no split is needed (``S`` is a monotone transform of ``T``,
+   which leaves every order-statistic rank unchanged), so no run is spent on A.
+3. **Threshold** on ``S`` from B (:func:`certify`): the distribution-free order statistic
+   (PAC) when B is large enough; else partial pooling with other groups whose scores are
+   exchangeable with the group's (a test that can refuse, Holm-controlled); an exact op (all
+   statistics zero) gets the resolution floor; otherwise :class:`NotEnoughData`. Every
+   threshold is at least the resolution floor, and thresholds a statistic cannot reach are
+   flagged and warned about.
+
+The extreme-value (GPD) tail path is deliberately absent: it broke its promise on
+mixtures with rare large-error runs. Conformal thresholds are offered on request and
+labelled *marginal*.
+
+References
+----------
+Wilks, "Determination of sample sizes for setting tolerance limits" (order statistics).
+Lei, G'Sell, Rinaldo, Tibshirani & Wasserman, "Distribution-Free Predictive Inference for
+Regression" (split fitting of the normalisation).
+Dunn, Wasserman & Ramdas, "Distribution-Free Prediction Sets for Two-Layer Hierarchical
+Models" (pooling groups).
+Lee, Barber & Willett, "Distribution-free inference with hierarchical data" (repeated
+measurements of one unit are not independent draws).
+Holm, "A Simple Sequentially Rejective Multiple Test Procedure".
+Scholz & Stephens, "K-Sample Anderson-Darling Tests".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+from scipy import stats as _st
+
+from ._util import NotEnoughData
+from .estimators.orderstat import (
+    conformal_min_n,
+    conformal_rank,
+    order_statistic_min_n,
+    order_statistic_rank,
+)
+
+__all__ = [
+    "NotEnoughData",
+    "UnreachableThresholdWarning",
+    "Units",
+    "GroupCertificate",
+    "CertifyResult",
+    "RULES",
+    "collapse",
+    "fit_size",
+    "split_units",
+    "fit_normalisers",
+    "score",
+    "union_budget",
+    "certify",
+]
+
+#: threshold rules :func:`certify` accepts
+RULES = ("order_statistic", "conformal")
+
+
+class UnreachableThresholdWarning(UserWarning):
+    """A threshold at or above the largest value a statistic can take (it can never fail)."""
+
+
+# --------------------------------------------------------------------------- validation
+def _unit_interval(name: str, v: Any) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a number in (0, 1), got {v!r}") from None
+    if not (0.0 < f < 1.0):
+        raise ValueError(f"{name} must lie strictly between 0 and 1, got {v!r}")
+    return f
+
+
+def _as_matrix(stats: Any, names: Sequence[str] | None = None, *, what: str = "stats") -> tuple[np.ndarray, tuple[str, ...]]:
+    """(runs, statistics) float64 matrix and the statistic names from a mapping or an array."""
+    if isinstance(stats, Mapping):
+        if not stats:
+            raise ValueError(f"{what} is empty: give at least one statistic")
+        keys = tuple(str(k) for k in stats)
+        cols = [np.asarray(stats[k], dtype=np.float64).ravel() for k in stats]
+        sizes = {c.size for c in cols}
+        if len(sizes) != 1:
+            raise ValueError(f"{what}: statistics have different numbers of runs "
+                             f"{dict(zip(keys, (c.size for c in cols)))}")
+        m = np.column_stack(cols) if cols[0].size else np.empty((0, len(cols)))
+        if names is not None and tuple(names) != keys:
+            raise ValueError(f"{what}: names {tuple(names)} do not match the mapping's keys {keys}")
+        return m, keys
+    m = np.asarray(stats, dtype=np.float64)
+    if m.ndim == 1:
+        m = m[:, None]
+    if m.ndim != 2:
+        raise ValueError(f"{what} must be a mapping name -> 1-D array or a 2-D array (runs, statistics), "
+                         f"got an array of shape {m.shape}")
+    if names is None:
+        names = tuple(f"T{j}" for j in range(m.shape[1]))
+    names = tuple(str(n) for n in names)
+    if len(names) != m.shape[1]:
+        raise ValueError(f"{what}: {len(names)} names for {m.shape[1]} statistic columns")
+    return m, names
+
+
+def _per_stat(name: str, v: Any, names: Sequence[str], default: float) -> np.ndarray:
+    """A float or a mapping name -> float, as an array aligned with ``names``."""
+    if v is None:
+        return np.full(len(names), default)
+    if isinstance(v, Mapping):
+        unknown = set(map(str, v)) - set(names)
+        if unknown:
+            raise ValueError(f"{name} names unknown statistics {sorted(unknown)}; statistics are {list(names)}")
+        out = np.array([float(v.get(n, default)) for n in names])
+    else:
+        out = np.full(len(names), float(v))
+    if np.isnan(out).any():
+        raise ValueError(f"{name} must not be NaN, got {v!r}")
+    return out
+
+
+# --------------------------------------------------------------------------- units
+@dataclass(frozen=True)
+class Units:
+    """Independent units of one group, after collapsing duplicates and clusters.
+
+    Attributes
+    ----------
+    values : numpy.ndarray, shape (n_units, n_statistics)
+        Per-unit statistics (a cluster's per-statistic maximum; NaN = not applicable).
+    names : tuple of str
+        Statistic names (columns of ``values``).
+    n_runs : int
+        Runs given.
+    n_duplicates : int
+        Runs dropped as exact duplicates of an earlier run (same statistics and covariates).
+    n_clusters : int or None
+        Clusters formed (``None`` when no cluster label was given: each run is a unit).
+    """
+
+    values: np.ndarray
+    names: tuple[str, ...]
+    n_runs: int
+    n_duplicates: int
+    n_clusters: int | None
+
+    @property
+    def n(self) -> int:
+        """Number of independent units."""
+        return int(self.values.shape[0])
+
+
+def _canonical_rows(m: np.ndarray) -> np.ndarray:
+    """Rows as hashable bytes, with -0.0 -> 0.0 and one NaN bit pattern."""
+    c = np.where(np.isnan(m), np.nan, m + 0.0)
+    return np.ascontiguousarray(c).view(np.dtype((np.void, c.dtype.itemsize * c.shape[1]))).ravel()
+
+
+def _covariate_columns(covariates: Any, n: int) -> list[list[Any]]:
+    """Covariates (mapping name -> values, or an array (runs,) / (runs, k)) as hashable columns."""
+    if isinstance(covariates, Mapping):
+        cols = []
+        for v in covariates.values():
+            if isinstance(v, np.ndarray) and v.ndim == 1:
+                cols.append(v.astype(object))
+                continue
+            lst = list(v)
+            c = np.empty(len(lst), dtype=object)
+            for i, x in enumerate(lst):
+                c[i] = x
+            cols.append(c)
+    else:
+        a = np.asarray(covariates, dtype=object)
+        a = a[:, None] if a.ndim == 1 else a
+        if a.ndim != 2:
+            raise ValueError(f"covariates must be a mapping or an array (runs,) or (runs, k), got shape {a.shape}")
+        cols = [a[:, j] for j in range(a.shape[1])]
+    for c in cols:
+        if c.size != n:
+            raise ValueError(f"covariates have {c.size} runs, stats have {n}")
+    return [[_hashable(x) for x in c] for c in cols]
+
+
+def _hashable(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return (x.shape, tuple(x.ravel().tolist()))
+    if isinstance(x, (list, tuple)):
+        return tuple(_hashable(y) for y in x)
+    if isinstance(x, float) and math.isnan(x):
+        return "nan"
+    return x
+
+
+def collapse(stats: Any, *, cluster: Any = None, covariates: Any = None,
+             names: Sequence[str] | None = None) -> Units:
+    """Collapse exact duplicate runs and declared clusters into independent units.
+
+    Parameters
+    ----------
+    stats : mapping str -> array_like, or array_like of shape (runs, statistics)
+        Per-run statistics. NaN marks a statistic that does not apply to a run.
+    cluster : array_like, optional
+        One label per run; runs with the same label (e.g. the same inputs through several
+        correct variants) are dependent and become ONE unit, their per-statistic maximum
+        (``nanmax``; NaN only if no member has the statistic).
+    covariates : mapping str -> array_like, or array_like (runs,) or (runs, k), optional
+        Per-run covariates of any kind (e.g. shape tuples, dtype names, seeds, an input
+        hash). Two runs are exact duplicates when
+        their covariates AND statistics are identical; the later one is dropped. Without
+        covariates no run is dropped: equal statistics alone are normal (ties on an ULP
+        lattice, exact ops) and are no evidence of a repeated run.
+    names : sequence of str, optional
+        Statistic names when ``stats`` is an array.
+
+    Returns
+    -------
+    Units
+
+    Notes
+    -----
+    Guarantee: thresholds built from the units assume independence **across** units
+    (clusters), not within a cluster. A cluster's maximum bounds each member's statistic,
+    so a threshold valid for a new unit is valid for a new run of any member variant.
+    Duplicates are removed before clustering (the first occurrence is kept). Repeated
+    runs that are not exact copies (e.g. the same inputs through another variant) must be
+    declared with ``cluster``.
+    """
+    m, keys = _as_matrix(stats, names)
+    n = m.shape[0]
+    if n == 0:
+        raise ValueError("stats has no runs")
+    keep = np.arange(n)
+    if covariates is not None:
+        cols = _covariate_columns(covariates, n)
+        rows = _canonical_rows(m)
+        seen: dict[Any, int] = {}
+        for i, k in enumerate(zip(rows.tolist(), *cols)):
+            seen.setdefault(k, i)
+        keep = np.fromiter(sorted(seen.values()), dtype=np.int64)
+    lab = None
+    if cluster is not None:
+        lab = np.asarray(cluster).ravel()
+        if lab.size != n:
+            raise ValueError(f"cluster has {lab.size} labels for {n} runs")
+    n_dup = n - keep.size
+    m = m[keep]
+    if lab is None:
+        return Units(m, keys, n, int(n_dup), None)
+    lab = lab[keep]
+    uniq, inv = np.unique(lab, return_inverse=True)
+    out = np.full((uniq.size, m.shape[1]), -np.inf)
+    filled = np.zeros((uniq.size, m.shape[1]), dtype=bool)
+    fin = ~np.isnan(m)
+    for j in range(m.shape[1]):
+        f = fin[:, j]
+        np.maximum.at(out[:, j], inv[f], m[f, j])
+        filled[inv[f], j] = True
+    out[~filled] = np.nan
+    return Units(out, keys, n, int(n_dup), int(uniq.size))
+
+
+# --------------------------------------------------------------------------- split
+def fit_size(n_units: int, n_statistics: int, n_needed: int, *, fit_fraction: float = 0.2,
+             min_fit: int = 10, max_fit: int = 200) -> int:
+    """Units for the fitting part A (normalisers); the rest calibrate the threshold.
+
+    Rule: 0 with one statistic (the normaliser cannot change any order-statistic rank).
+    Otherwise ``min(max(ceil(fit_fraction * n), min_fit), max_fit)``, lowered to
+    ``n - n_needed`` (at least 1) when that lets B reach the ``n_needed`` units its own
+    order statistic needs, and always leaving B at least one unit.
+
+    Why this size: the normalisers only balance the statistics against each other (any
+    ``q`` fitted on A keeps the promise, however few units A has); an upper quantile of 10
+    units is already within a small factor, and beyond about 200 units it hardly improves
+    while B loses runs. B keeps 80% or more, and when units are short A shrinks (down to
+    one unit: cruder balance, same promise) rather than the group being refused.
+    """
+    n_units = int(n_units)
+    if n_units < 1:
+        raise ValueError(f"n_units must be >= 1, got {n_units}")
+    if n_statistics <= 1:
+        return 0
+    if not (0.0 <= fit_fraction < 1.0):
+        raise ValueError(f"fit_fraction must lie in [0, 1), got {fit_fraction!r}")
+    if min_fit < 1 or max_fit < min_fit:
+        raise ValueError(f"need 1 <= min_fit <= max_fit, got min_fit={min_fit}, max_fit={max_fit}")
+    a = min(max(math.ceil(fit_fraction * n_units), min_fit), max_fit)
+    if n_units - a < n_needed <= n_units - 1:
+        a = n_units - n_needed
+    return max(0, min(a, n_units - 1))
+
+
+def split_units(n_units: int, n_fit: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Deterministic seeded split of ``range(n_units)`` into (A, B) index arrays.
+
+    The permutation comes from ``numpy.random.default_rng([seed, n_units])``, so the same
+    data and seed always give the same split.
+    """
+    if not (0 <= n_fit <= n_units):
+        raise ValueError(f"n_fit must lie in [0, n_units={n_units}], got {n_fit}")
+    if n_fit == 0:
+        return np.empty(0, dtype=np.int64), np.arange(n_units)
+    perm = np.random.default_rng([int(seed), int(n_units)]).permutation(n_units)
+    return np.sort(perm[:n_fit]), np.sort(perm[n_fit:])
+
+
+def fit_normalisers(values: np.ndarray, *, quantile: float = 0.9, resolution: Any = None,
+                    names: Sequence[str] | None = None) -> np.ndarray:
+    """Normalisers ``q_j``: an upper quantile of each statistic over the fitting units.
+
+    Parameters
+    ----------
+    values : ndarray, shape (units, statistics)
+        Statistics of the fitting part (NaN ignored).
+    quantile : float
+        Quantile level (empirical, ``method="higher"``, so ``q_j`` is an observed value).
+    resolution : float or mapping, optional
+        Used where the quantile is not positive (all fitting values zero or absent): the
+        resolution floor of the statistic if positive, else 1. Default: 1.
+
+    Returns
+    -------
+    ndarray of float, all > 0 and finite.
+    """
+    v = np.asarray(values, dtype=np.float64)
+    if v.ndim != 2:
+        raise ValueError(f"values must be 2-D (units, statistics), got shape {v.shape}")
+    names = names or tuple(f"T{j}" for j in range(v.shape[1]))
+    res = _per_stat("resolution", resolution, names, 1.0)
+    res = np.where(res > 0, res, 1.0)
+    q = np.full(v.shape[1], np.nan)
+    for j in range(v.shape[1]):
+        col = v[:, j]
+        col = col[~np.isnan(col)]
+        if col.size:
+            q[j] = float(np.quantile(col, quantile, method="higher"))
+    bad = ~(np.isfinite(q) & (q > 0))
+    q[bad] = res[bad]
+    return q
+
+
+def score(stats: Any, normalisers: Mapping[str, float], *, which: bool = False) -> Any:
+    """Combined score ``S = max_j T_j / q_j`` of each run (the one definition, used to calibrate and to check).
+
+    Parameters
+    ----------
+    stats : mapping str -> array_like (or scalar)
+        Statistics of one or more runs. Statistics without a normaliser are ignored; a
+        normalised statistic missing from ``stats`` is an error.
+    normalisers : mapping str -> float
+        ``q_j > 0`` per statistic (:attr:`GroupCertificate.normalisers`).
+    which : bool
+        Also return, per run, the statistic attaining the maximum (the one that trips).
+
+    Returns
+    -------
+    S : ndarray
+        NaN statistics (not applicable) are skipped; ``S`` is NaN when none applies and
+        ``+inf`` when a statistic is infinite (non-finite output).
+    names : ndarray of str, only with ``which=True``
+    """
+    if not isinstance(stats, Mapping):
+        raise TypeError(f"stats must be a mapping statistic name -> values, got {type(stats).__name__}")
+    if not normalisers:
+        raise ValueError("normalisers is empty")
+    missing = [k for k in normalisers if k not in stats]
+    if missing:
+        raise ValueError(f"stats lacks the normalised statistics {missing}")
+    keys = list(normalisers)
+    q = np.array([float(normalisers[k]) for k in keys])
+    if not np.all(np.isfinite(q) & (q > 0)):
+        raise ValueError(f"normalisers must be finite and > 0, got {dict(normalisers)}")
+    cols = np.broadcast_arrays(*[np.asarray(stats[k], dtype=np.float64) for k in keys])
+    shape = cols[0].shape
+    m = np.stack([c.ravel() for c in cols], axis=1) / q
+    allnan = np.isnan(m).all(axis=1)
+    filled = np.where(np.isnan(m), -np.inf, m)
+    idx = np.argmax(filled, axis=1)
+    s = filled[np.arange(m.shape[0]), idx]
+    s[allnan] = np.nan
+    s = s.reshape(shape)
+    if which:
+        nm = np.asarray(keys, dtype=object)[idx]
+        nm[allnan] = ""
+        return s, nm.reshape(shape)
+    return s
+
+
+def union_budget(total: float, k: int, *, method: str = "bonferroni", independent: bool = False) -> float:
+    """Per-part budget so that ``k`` parts together keep ``total``.
+
+    ``"bonferroni"``: ``total / k``, a true union bound (any dependence). ``"sidak"``:
+    ``1 - (1 - total)**(1/k)``, exact only for independent parts: allowed only with
+    ``independent=True`` (the caller states the independence).
+    """
+    a = _unit_interval("total", total)
+    if int(k) != k or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    if method == "bonferroni":
+        return a / int(k)
+    if method == "sidak":
+        if not independent:
+            raise ValueError("method='sidak' is not a union bound: it holds only for independent parts; "
+                             "pass independent=True to state that, or use method='bonferroni'")
+        return -math.expm1(math.log1p(-a) / int(k))
+    raise ValueError(f"method must be 'bonferroni' or 'sidak', got {method!r}")
+
+
+# --------------------------------------------------------------------------- results
+@dataclass(frozen=True)
+class GroupCertificate:
+    """Threshold of one group on the combined score, and exactly what it promises.
+
+    Attributes
+    ----------
+    group : str
+    threshold : float
+        A run fails when ``score(stats, normalisers) > threshold``.
+    method : str
+        ``"order_statistic"`` (PAC, own units), ``"pooled_order_statistic"`` (PAC if the
+        group is exchangeable with its pool), ``"exact"`` (all units exactly zero: the
+        resolution floor, no probabilistic promise) or ``"conformal"`` (marginal).
+    guarantee : str
+        The promise, stated exactly with its assumptions.
+    fp_budget, confidence : float
+    normalisers : dict str -> float
+        ``q_j`` of the statistics in the score.
+    floor : float
+        Resolution floor on ``S`` (``max_j floor_j / q_j``); the threshold is at least this.
+    n_runs, n_units, n_duplicates : int
+        Runs given, independent units after collapsing, duplicate runs dropped.
+    n_clusters : int or None
+    n_fit, n_cal : int
+        Units of the fitting part A and the calibration part B.
+    rank, n_scores : int
+        The threshold is the ``rank``-th smallest of ``n_scores`` scores (0 for ``exact``).
+    pool : tuple of str
+        Groups whose scores were pooled (empty when the group's own units sufficed).
+    pool_p : float
+        Holm-adjusted p-value of the group's exchangeability test (NaN if not tested).
+    reason : str
+        Why this method, with the numbers.
+    flags : tuple of str
+        ``"floor_raised"`` (the floor lifted the threshold), ``"unreachable:<stat>"`` (the
+        statistic cannot reach the threshold), ``"never_fails"`` (no statistic can).
+    unreachable : tuple of str
+        Statistics whose known maximum is at or below their share of the threshold.
+    """
+
+    group: str
+    threshold: float
+    method: str
+    guarantee: str
+    fp_budget: float
+    confidence: float
+    normalisers: dict[str, float]
+    floor: float
+    n_runs: int
+    n_units: int
+    n_duplicates: int
+    n_clusters: int | None
+    n_fit: int
+    n_cal: int
+    rank: int
+    n_scores: int
+    pool: tuple[str, ...] = ()
+    pool_p: float = math.nan
+    reason: str = ""
+    flags: tuple[str, ...] = ()
+    unreachable: tuple[str, ...] = ()
+
+    def score(self, stats: Mapping[str, Any], *, which: bool = False) -> Any:
+        """:func:`score` with this group's normalisers."""
+        return score(stats, self.normalisers, which=which)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-friendly dict of every field (tuples as lists)."""
+        d = dataclasses.asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+    def passes(self, stats: Mapping[str, Any]) -> np.ndarray:
+        """True where a run's combined score is within the threshold (NaN score passes)."""
+        s = self.score(stats)
+        return ~(s > self.threshold)
+
+
+@dataclass(frozen=True)
+class CertifyResult:
+    """Certificates of all groups, and the refusals (group -> :class:`NotEnoughData`)."""
+
+    groups: dict[str, GroupCertificate]
+    refused: dict[str, NotEnoughData]
+    fp_budget: float
+    confidence: float
+    rule: str
+    pool_test: str = "2 min(Anderson-Darling, Mann-Whitney) p vs the rest of the pool, Holm"
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def __getitem__(self, group: str) -> GroupCertificate:
+        if group in self.groups:
+            return self.groups[group]
+        if group in self.refused:
+            raise self.refused[group]
+        raise KeyError(f"no group {group!r}; groups are {sorted(self.groups) + sorted(self.refused)}")
+
+    def __len__(self) -> int:
+        return len(self.groups) + len(self.refused)
+
+
+# --------------------------------------------------------------------------- certify
+def _guarantee_pac(a: float, g: float, n: int, r: int, *, clusters: bool) -> str:
+    unit = "cluster (declared clusters are one unit each)" if clusters else "run"
+    return (f"PAC: with probability >= {g:g} over the calibration units, the probability that the "
+            f"check of a new correct {unit} fails is <= {a:g}. Assumes the units are independent and "
+            f"identically distributed and a new run comes from the same distribution; the threshold is "
+            f"the {r}-th smallest of {n} scores, valid at finite n because the normalisers were fitted on "
+            "other units (or cannot change the ranks).")
+
+
+def _pool_p(x: np.ndarray, rest: np.ndarray) -> float:
+    """p-value of "x is exchangeable with rest": two tests, Bonferroni-combined.
+
+    ``2 * min(p_AD, p_MWU)`` of the two-sided k-sample Anderson-Darling test (shape and tails;
+    scipy caps its p-value to [0.001, 0.25]) and the two-sided Mann-Whitney U test (location;
+    uncapped, so a clear shift stays detectable under Holm with many groups). 1 without spread.
+    """
+    both = np.concatenate([x, rest])
+    if np.unique(both).size < 2:
+        return 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        p_ad = float(_st.anderson_ksamp([x, rest]).pvalue)
+    p_mw = float(_st.mannwhitneyu(x, rest, alternative="two-sided").pvalue)
+    return min(1.0, 2.0 * min(p_ad, p_mw))
+
+
+def _holm(p: np.ndarray) -> np.ndarray:
+    """Holm step-down adjusted p-values (parity with statsmodels ``multipletests(method='holm')``
+    is tested; written out because that call spends most of its time in ``gc.collect``)."""
+    p = np.asarray(p, dtype=np.float64)
+    m = p.size
+    if m == 0:
+        return p
+    o = np.argsort(p, kind="stable")
+    adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[o]))
+    out = np.empty(m)
+    out[o] = adj
+    return out
+
+
+def certify(
+    stats: Any,
+    group: Any = None,
+    *,
+    fp_budget: float,
+    confidence: float = 0.95,
+    cluster: Any = None,
+    covariates: Any = None,
+    floor: Any = 0.0,
+    upper: Mapping[str, float] | None = None,
+    rule: str = "order_statistic",
+    pooling: bool = True,
+    pool_by: Mapping[Any, Any] | None = None,
+    pool_alpha: float = 0.01,
+    min_pool: int = 3,
+    min_test_units: int = 8,
+    seed: int = 0,
+    fit_fraction: float = 0.2,
+    min_fit: int = 10,
+    max_fit: int = 200,
+    norm_quantile: float = 0.9,
+    on_refusal: str = "raise",
+) -> CertifyResult:
+    """Thresholds on the combined score ``S = max_j T_j / q_j`` for many groups at once.
+
+    Parameters
+    ----------
+    stats : mapping str -> array_like, or array_like (runs, statistics)
+        Per-run statistics of correct runs, all groups together. NaN = not applicable (a
+        statistic NaN in every run of a group is left out of that group's score). An
+        infinite value (non-finite output) is an error: calibration runs must be correct.
+    group : array_like, optional
+        Group label per run, 1-D (default: one group ``"all"``). Results are keyed by
+        ``str(label)``.
+    fp_budget : float
+        Largest acceptable probability that a correct run's check fails.
+    confidence : float
+        Confidence of the PAC promise.
+    cluster : array_like, optional
+        Cluster label per run (e.g. ``case``); each cluster of a group is one unit.
+    covariates : optional
+        Per-run covariates used to tell exact duplicate runs apart (see :func:`collapse`).
+    floor : float or mapping str -> float
+        Resolution floor per statistic, in the statistic's units: a run whose every
+        statistic is at or below its floor must pass (a correctly rounded output). The
+        threshold on ``S`` is at least ``max_j floor_j / q_j``; raising a threshold only
+        lowers the false-positive rate, so every promise survives. Also the normaliser of a
+        statistic that is zero on the whole fitting part.
+    upper : mapping str -> float, optional
+        Largest value each statistic can take (e.g. ``sqrt(n)`` for a bias z). A threshold
+        at or above ``upper_j / q_j`` is flagged and warned about (that statistic can never
+        fail the check).
+    rule : {"order_statistic", "conformal"}
+        ``order_statistic`` (default): the PAC bound. ``conformal``: the split-conformal
+        rank, a *marginal* promise (no confidence level); no pooling.
+    pooling : bool
+        Let groups with too few units borrow the scores of exchangeable groups.
+    pool_by : mapping group -> key, optional
+        Groups pool only with groups of the same key (e.g. the dtype). Default: one pool.
+    pool_alpha : float
+        Family-wise level of the exchangeability tests (Holm over the groups of a pool): the
+        largest probability of refusing some group of an exchangeable pool. Low by default
+        so that exchangeable groups are rarely refused; a clear difference (e.g. scores 3x
+        larger with 30 units) still gives p-values far below it.
+    min_pool : int
+        Fewest groups (the borrower included) a pool must have.
+    min_test_units : int
+        Fewest calibration units a group needs for its exchangeability test.
+    seed : int
+        Seed of the A/B split (deterministic).
+    fit_fraction, min_fit, max_fit : see :func:`fit_size`.
+    norm_quantile : float
+        Quantile of each statistic over A used as its normaliser.
+    on_refusal : {"raise", "record"}
+        Raise the first :class:`NotEnoughData`, or record refusals in
+        :attr:`CertifyResult.refused`.
+
+    Returns
+    -------
+    CertifyResult
+
+    Notes
+    -----
+    Promises (exact wording in each :attr:`GroupCertificate.guarantee`):
+
+    * ``order_statistic``: ``P(true FP rate > fp_budget) <= 1 - confidence`` over
+      calibrations, for i.i.d. units. Conditional on A the scores of B are i.i.d.; the
+      threshold is the smallest rank ``r`` with ``binom.cdf(r-1, n_B, 1-a) >= confidence``.
+    * ``pooled_order_statistic``: the same promise for the pooled scores; it holds for the
+      group when its scores are exchangeable with the pool's. That is tested (two-sided
+      Anderson-Darling and Mann-Whitney tests of the group's scores against the rest of the pool, Holm
+      over the pool's groups, groups rejected are left out of the pool and refused if
+      they needed it), not proved. Normalisers in a pool are shared, fitted on the union of
+      the members' fitting parts, so pooled scores are comparable exactly as the statistics
+      are (e.g. already in units of the noise model).
+    * ``exact``: all units of the group are exactly zero; the threshold is the resolution
+      floor; no probabilistic promise beyond what was seen.
+    * ``conformal``: ``P(fail) <= fp_budget`` averaged over calibration sets (marginal).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> t = {"op_max": np.abs(rng.standard_normal(400)), "op_rms": rng.exponential(size=400)}
+    >>> res = certify(t, fp_budget=0.01)
+    >>> c = res["all"]
+    >>> c.method, c.n_fit + c.n_cal
+    ('order_statistic', 400)
+    >>> bool(c.passes({"op_max": 0.1, "op_rms": 0.1}))
+    True
+    """
+    a = _unit_interval("fp_budget", fp_budget)
+    g = _unit_interval("confidence", confidence)
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
+    if on_refusal not in ("raise", "record"):
+        raise ValueError(f"on_refusal must be 'raise' or 'record', got {on_refusal!r}")
+    _unit_interval("pool_alpha", pool_alpha)
+    m, names = _as_matrix(stats)
+    n = m.shape[0]
+    if n == 0:
+        raise ValueError("stats has no runs")
+    if np.isinf(m).any():
+        bad = names[int(np.flatnonzero(np.isinf(m).any(axis=0))[0])]
+        raise ValueError(f"{int(np.isinf(m).sum())} calibration statistic(s) are infinite (first in {bad!r}): "
+                         "a non-finite output; calibration runs must be correct")
+    if (m < 0).any():
+        raise ValueError("statistics must be nonnegative (use |bias| or a one-sided statistic)")
+    glab = np.full(n, "all", dtype=object) if group is None else np.asarray(group, dtype=object)
+    if glab.ndim != 1:
+        raise ValueError(f"group must be one label per run (1-D; join multi-key labels into one string), "
+                         f"got shape {glab.shape}")
+    if glab.size != n:
+        raise ValueError(f"group has {glab.size} labels for {n} runs")
+    clab = None if cluster is None else np.asarray(cluster, dtype=object).ravel()
+    if clab is not None and clab.size != n:
+        raise ValueError(f"cluster has {clab.size} labels for {n} runs")
+    cov = None
+    if covariates is not None:
+        cc = _covariate_columns(covariates, n)
+        cov = np.empty((n, len(cc)), dtype=object)
+        for j, c in enumerate(cc):
+            for i, x in enumerate(c):
+                cov[i, j] = x
+    floors = _per_stat("floor", floor, names, 0.0)
+    if (floors < 0).any():
+        raise ValueError(f"floor must be >= 0, got {floor!r}")
+    uppers = _per_stat("upper", upper, names, math.inf)
+    p = 1.0 - a
+    nmin = order_statistic_min_n(p, g) if rule == "order_statistic" else conformal_min_n(a)
+
+    @functools.lru_cache(maxsize=None)
+    def rank_of(k: int) -> int:
+        if rule == "order_statistic":
+            return int(order_statistic_rank(k, p, g)[0])
+        return int(conformal_rank(k, a)[0])
+
+    # ---- per group: units, active statistics, split, own normalisers
+    info: dict[str, dict[str, Any]] = {}
+    order = list(dict.fromkeys(glab.tolist()))
+    for gname in order:
+        sel = glab == gname
+        u = collapse(m[sel], cluster=None if clab is None else clab[sel],
+                     covariates=None if cov is None else cov[sel], names=names)
+        active = ~np.isnan(u.values).all(axis=0)
+        v = u.values[:, active]
+        if np.isnan(v).all(axis=1).any():
+            raise ValueError(f"group {gname}: {int(np.isnan(v).all(axis=1).sum())} unit(s) have no applicable "
+                             "statistic (all NaN)")
+        an = tuple(str(x) for x in np.asarray(names)[active])
+        exact = bool(np.nanmax(v) == 0.0)
+        nA = fit_size(u.n, v.shape[1], nmin, fit_fraction=fit_fraction, min_fit=min_fit, max_fit=max_fit)
+        iA, iB = split_units(u.n, nA, seed)
+        fl = floors[active]
+        fitpart = v if nA == 0 else v[iA]
+        q = fit_normalisers(fitpart, quantile=norm_quantile, resolution=dict(zip(an, fl)), names=an)
+        info[str(gname)] = dict(units=u, v=v, names=an, active=active, exact=exact, iA=iA, iB=iB, q=q,
+                                key=None if pool_by is None else pool_by.get(gname, pool_by.get(str(gname))))
+
+    certs: dict[str, GroupCertificate] = {}
+    refused: dict[str, NotEnoughData] = {}
+    clusters_declared = clab is not None
+
+    def finish(gname: str, raw: float, method: str, guarantee: str, q: np.ndarray, an: tuple[str, ...],
+               rank: int, n_scores: int, reason: str, pool: tuple[str, ...] = (), pool_p: float = math.nan,
+               split: tuple[int, int] | None = None) -> None:
+        d = info[gname]
+        n_fit, n_cal = split if split is not None else (int(d["iA"].size), int(d["iB"].size))
+        act = d["active"]
+        fl = floors[act]
+        s_floor = float(np.max(fl / q))
+        thr = max(raw, s_floor)
+        flags = []
+        if thr > raw:
+            flags.append("floor_raised")
+            reason += f"; raised from {raw:.6g} to the resolution floor {s_floor:.6g}"
+        up = uppers[act] / q
+        unreach = tuple(nm for nm, uq in zip(an, up) if thr >= uq)
+        flags += [f"unreachable:{nm}" for nm in unreach]
+        if unreach:
+            never = len(unreach) == len(an)
+            if never:
+                flags.append("never_fails")
+            msg = (f"group {gname}: threshold {thr:.6g} on the combined score is at or above the largest value "
+                   f"that {', '.join(unreach)} can reach ({', '.join(f'{nm}: {uq:.6g}' for nm, uq in zip(an, up) if thr >= uq)}"
+                   f" after normalisation): {'the check can never fail' if never else 'those statistics can never fail the check'}")
+            warnings.warn(msg, UnreachableThresholdWarning, stacklevel=3)
+            reason += "; " + msg
+        u = d["units"]
+        certs[gname] = GroupCertificate(
+            group=gname, threshold=float(thr), method=method, guarantee=guarantee, fp_budget=a, confidence=g,
+            normalisers={str(nm): float(x) for nm, x in zip(an, q)}, floor=s_floor, n_runs=u.n_runs, n_units=u.n,
+            n_duplicates=u.n_duplicates, n_clusters=u.n_clusters, n_fit=n_fit,
+            n_cal=n_cal, rank=int(rank), n_scores=int(n_scores), pool=pool, pool_p=pool_p,
+            reason=reason, flags=tuple(flags), unreachable=unreach)
+
+    def need(d: dict[str, Any]) -> int:
+        """Units the group alone would need: B's minimum plus the smallest fitting part (1)."""
+        return nmin + (0 if d["v"].shape[1] <= 1 else 1)
+
+    def refuse(gname: str, msg: str, need: int) -> None:
+        refused[gname] = NotEnoughData(f"group {gname}: {msg}", n_needed=int(need), group=gname)
+
+    small: list[str] = []
+    for gname, d in info.items():
+        u, v, iB, q, an = d["units"], d["v"], d["iB"], d["q"], d["names"]
+        nB = iB.size
+        if d["exact"] and d["iB"].size < nmin:
+            finish(gname, 0.0, "exact", (
+                f"no probabilistic promise: all {u.n} independent units had every statistic exactly 0 (an exact op); "
+                "the threshold is the resolution floor, so a correctly rounded output passes and any error above "
+                "the floor fails"), q, an, 0, 0,
+                f"exact: all {u.n} units exactly 0; {nmin} would be needed for the {rule.replace('_', ' ')}")
+            continue
+        if nB >= nmin:
+            s = np.nanmax(v[iB] / q, axis=1)
+            r = rank_of(nB)
+            thr = float(np.sort(s)[r - 1])
+            if rule == "order_statistic":
+                guar = _guarantee_pac(a, g, nB, r, clusters=clusters_declared)
+                reason = (f"order statistic: {nB} calibration units >= {nmin} needed for budget {a:g} at "
+                          f"confidence {g:g}; {int(d['iA'].size)} units fitted the normalisers")
+            else:
+                guar = (f"marginal (split conformal): P(check of a new correct run fails) <= {a:g} averaged over "
+                        "calibration sets; no confidence level; assumes exchangeable units")
+                reason = f"split conformal: rank ceil((n+1)(1-a)) = {r} of {nB} scores"
+            finish(gname, thr, rule, guar, q, an, r, nB, reason)
+            continue
+        small.append(gname)
+
+    if small and pooling and rule == "order_statistic":
+        # pools: by key, non-exact groups (exact groups would lower others' thresholds)
+        keys = {gname: info[gname]["key"] for gname in info}
+        for key in dict.fromkeys(keys[s] for s in small):
+            members = [gn for gn in info if keys[gn] == key and not info[gn]["exact"]]
+            need_here = [s for s in small if keys[s] == key]
+            names_union = tuple(n_ for n_ in names if any(n_ in info[gn]["names"] for gn in members))
+            if len(members) < min_pool:
+                for s in need_here:
+                    refuse(s, f"{info[s]['iB'].size} calibration units < {nmin} needed for budget {a:g} at "
+                           f"confidence {g:g}, and its pool has {len(members)} group(s) < min_pool = {min_pool}",
+                           need(info[s]))
+                continue
+            # shared normalisers on the union of small fitting parts of the members: min_fit units
+            # in all (fewer, down to 1, when that lets the pool reach nmin; none with one
+            # statistic), dealt round-robin; the rest of each member gives its pooled scores
+            cols = [names.index(n_) for n_ in names_union]
+            sizes = [info[gn]["units"].n for gn in members]
+            kfit = [0] * len(members)
+            if len(cols) > 1:
+                total = sum(sizes)
+                tf = min_fit if not (total - min_fit < nmin <= total - 1) else total - nmin
+                tf = min(tf, total - len(members))
+                i = 0
+                while sum(kfit) < tf:
+                    if kfit[i] < sizes[i] - 1:
+                        kfit[i] += 1
+                    i = (i + 1) % len(members)
+            fitparts, calparts = {}, {}
+            for gn, kA in zip(members, kfit):
+                full = info[gn]["units"].values[:, cols]
+                iA, iB = split_units(full.shape[0], kA, seed)
+                fitparts[gn], calparts[gn] = full[iA], full[iB]
+            if len(cols) <= 1:
+                fitparts = {gn: info[gn]["units"].values[:, cols] for gn in members}
+            qP = fit_normalisers(np.vstack(list(fitparts.values())), quantile=norm_quantile,
+                                 resolution=dict(zip(names_union, floors[cols])), names=names_union)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                scores = {gn: np.nanmax(calparts[gn] / qP, axis=1) for gn in members}
+            testable = [gn for gn in members if scores[gn].size >= min_test_units]
+            raw_p = np.array([_pool_p(scores[gn], np.concatenate([scores[h] for h in members if h != gn]))
+                              for gn in testable])
+            adj = dict(zip(testable, _holm(raw_p)))
+            ok = [gn for gn in members if gn in adj and adj[gn] > pool_alpha]
+            pooled = np.concatenate([scores[gn] for gn in ok]) if ok else np.empty(0)
+            for s in need_here:
+                d = info[s]
+                if s not in adj:
+                    refuse(s, f"{d['iB'].size} calibration units: fewer than {nmin} for its own threshold and "
+                           f"fewer than min_test_units = {min_test_units} to test exchangeability with a pool",
+                           need(d))
+                    continue
+                if adj[s] <= pool_alpha:
+                    refuse(s, f"{d['iB'].size} calibration units < {nmin} needed for budget {a:g} at confidence "
+                           f"{g:g}, and its scores are not exchangeable with the pool (Anderson-Darling and Mann-Whitney, Holm-"
+                           f"adjusted p = {adj[s]:.3g} <= {pool_alpha:g})", need(d))
+                    continue
+                if pooled.size < nmin or len(ok) < min_pool:
+                    refuse(s, f"{d['iB'].size} calibration units < {nmin} needed; the exchangeable pool has "
+                           f"{pooled.size} scores from {len(ok)} groups (need {nmin} scores, {min_pool} groups)",
+                           need(d))
+                    continue
+                r = rank_of(pooled.size)
+                thr = float(np.sort(pooled)[r - 1])
+                act_names = tuple(n_ for n_ in names_union if n_ in d["names"])
+                qg = np.array([qP[names_union.index(n_)] for n_ in act_names])
+                guar = (_guarantee_pac(a, g, pooled.size, r, clusters=clusters_declared)
+                        + f" Holds for this group only if its scores are exchangeable with the pooled scores of "
+                        f"{len(ok)} groups: tested (Anderson-Darling and Mann-Whitney against the rest of the pool, Holm-adjusted "
+                        f"p = {adj[s]:.3g} > {pool_alpha:g}), not proved.")
+                reason = (f"pooled order statistic: own {d['iB'].size} calibration units < {nmin} needed; borrowed "
+                          f"{pooled.size} scores of {len(ok)} exchangeable groups (normalisers shared by the pool)")
+                finish(s, thr, "pooled_order_statistic", guar, qg, act_names, r, pooled.size, reason,
+                       pool=tuple(ok), pool_p=float(adj[s]),
+                       split=(int(kfit[members.index(s)]), int(calparts[s].shape[0])))
+    else:
+        for s in small:
+            d = info[s]
+            why = ("pooling is off" if not pooling else
+                   "the conformal rule is not pooled" if rule != "order_statistic" else "")
+            refuse(s, f"{d['iB'].size} calibration units < {nmin} needed for the {rule.replace('_', ' ')} at "
+                   f"budget {a:g}" + (f" and confidence {g:g}" if rule == "order_statistic" else "")
+                   + (f"; {why}" if why else ""), need(d))
+
+    if refused and on_refusal == "raise":
+        raise next(iter(refused.values()))
+    ordered = {gn: certs[gn] for gn in info if gn in certs}
+    return CertifyResult(ordered, {gn: refused[gn] for gn in info if gn in refused}, a, g, rule)
