@@ -209,8 +209,13 @@ def bench_evaluate(rows):
     out = Path(tempfile.mkdtemp())
     try:
         for label, extra, goal_gb in (("default", [], 1.0), ("--fp-budget 0.001", ["--fp-budget", "0.001"], 2.0)):
-            rss, cpu, wall, table = _time_v([sys.executable, "-m", "tolstat.cli", "evaluate", "--no-plots",
-                                             "--no-progress", "-o", str(out / "o"), *extra])
+            try:
+                rss, cpu, wall, table = _time_v([sys.executable, "-m", "tolstat.cli", "evaluate", "--no-plots",
+                                                 "--no-progress", "-o", str(out / "o"), *extra])
+            except RuntimeError as exc:  # the run failed: say so, keep the other rows
+                rows.append(dict(name=f"tolstat evaluate {label}", value=float("nan"), unit="-",
+                                 goal=f"< {goal_gb:g} GB", met=None, note=f"failed: {str(exc)[-300:]}"))
+                continue
             rows.append(dict(name=f"tolstat evaluate {label}: peak RSS", value=rss / 2**30, unit="GiB",
                              goal=f"< {goal_gb:g} GB", met=rss < goal_gb * 1e9, table=table))
             rows.append(dict(name=f"tolstat evaluate {label}: CPU time (user+sys)", value=cpu, unit="s",
