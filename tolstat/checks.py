@@ -22,6 +22,7 @@ from .bounds import exceedance_probability
 from .statistics import get as get_statistic
 from .statistics import metric_covariates
 from .table import ToleranceEntry, ToleranceTable
+from ._fastcheck import cached_entry, fast_check
 
 __all__ = ["CheckResult", "check", "check_metrics", "assert_close"]
 
@@ -153,9 +154,13 @@ def check(
     if not isinstance(table, ToleranceTable):
         raise TypeError(f"table must be a ToleranceTable, got {type(table).__name__}")
     dt = canonical_dtype(dtype)
-    ent = table.entry(op, dt, hardware, hardware_policy=hardware_policy)
+    ent = cached_entry(table, op, dt, hardware, hardware_policy=hardware_policy)
     a = as_array(actual, name="actual")
     e = as_array(expected, name="expected")
+    covariates = _validate.covariates(covariates, computed=BUILTIN_COVARIATES)
+    fast = fast_check(a, e, ent, covariates)  # one fused pass where the entry allows it
+    if fast is not None:
+        return CheckResult(**fast)
     m = error_metrics(a, e, dtype=dt, allow_nan=allow_nan)
     return check_metrics(m, a, e, ent, covariates)
 

@@ -77,6 +77,9 @@ METRIC_DEFINITIONS = (
     "target dtype after rounding expected to it (nearest even; a finite reference that overflows the format is at infinite distance), "
     "-0 == +0; NaN/Inf actual where expected is finite = infinite error (n_nonfinite)."
 )
+from . import _numba_cache
+
+_numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
 
 @dataclass

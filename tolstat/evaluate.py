@@ -32,7 +32,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 import xarray as xr
@@ -45,7 +45,7 @@ from ._util import atomic_write, atomic_write_text
 from ._version import __version__
 from .collect import from_pairs
 from .comparison import TORCH_DEFAULTS, Rule, StaticRule, StudyRule, calibrate_and_score, make_rule
-from .dataset import concat
+from .dataset import concat, validate
 from .metrics import ulp_distance
 
 __all__ = [
@@ -151,7 +151,7 @@ def _pairs_for(op: str, dtype: str, n: int, seed: int, quick: bool) -> Iterable[
     from . import corpus
 
     spec = corpus.OPS[op]
-    for case in corpus.cases(op, dtype, n=n, seed=seed, quick=quick):
+    for case in corpus.iter_cases(op, dtype, n=n, seed=seed, quick=quick):  # one case in memory at a time
         ref = corpus.run_reference(case, dtype)
         mag = corpus.run_magnitude(case, dtype)  # operator-noise statistics (tolstat.noise)
         for vname, kern in spec.variants.items():
@@ -173,7 +173,7 @@ def _heldout_pairs(op: str, dtype: str, n: int, seed: int, quick: bool) -> tuple
     bugs = [b for b in corpus.BUGS.values() if b.op == op]
     controls: list[tuple] = []
     buggy: list[tuple] = []
-    for case in corpus.cases(op, dtype, n=n, seed=seed, quick=quick):
+    for case in corpus.iter_cases(op, dtype, n=n, seed=seed, quick=quick):
         ref = corpus.run_reference(case, dtype)
         mag = corpus.run_magnitude(case, dtype)
         # the dataset has the output shape; "scale" is also a covariate, so its label is renamed
@@ -203,10 +203,26 @@ def _from_corpus_pairs(pairs: list[tuple], op: str, dtype: str, seed: int) -> xr
                       progress=False, rowwise=op in corpus.ROWWISE)
 
 
-def _union_covariates(parts: Sequence[xr.Dataset], names: Sequence[str] = ()) -> xr.Dataset:
+def _same_covariates(pairs: Iterable[tuple], op: str) -> Iterator[tuple]:
+    """The pairs, streamed (never all outputs of an op in memory), checking that every case
+    has the covariate names of the first (then the intersection :func:`_from_corpus_pairs`
+    keeps is all of them)."""
+    keys = None
+    for a, e, m, lab, cov in pairs:
+        if keys is None:
+            keys = set(cov)
+        elif set(cov) != keys:
+            raise ValueError(f"corpus op {op!r}: a case has covariates {sorted(cov)}, the first has "
+                             f"{sorted(keys)}; every case of an op needs the same covariates")
+        yield a, e, m, lab, cov
+
+
+def _union_covariates(parts: Sequence[xr.Dataset], names: Sequence[str] = (),
+                      sink: "_SampleSink | None" = None) -> xr.Dataset:
     """Concatenate per-op datasets, keeping the union of their covariates (NaN where an op has none).
 
-    ``names`` puts these covariates first (to match another dataset's order).
+    ``names`` puts these covariates first (to match another dataset's order). With a
+    ``sink``, the parts' element samples were moved into it (:meth:`_SampleSink.take`).
     """
     names = list(names)
     for p in parts:
@@ -217,7 +233,66 @@ def _union_covariates(parts: Sequence[xr.Dataset], names: Sequence[str] = ()) ->
         q = p.assign({c: ("run", np.full(p.sizes["run"], np.nan)) for c in names if c not in have})
         q.attrs["covariates"] = ",".join(names)
         trimmed.append(q)
-    return concat(trimmed)
+    return concat(trimmed) if sink is None else sink.join(trimmed)
+
+
+class _SampleSink:
+    """The element-sample arrays of per-op datasets, gathered part by part into the arrays
+    of the concatenated dataset (pages allocated as they are written), so that the samples
+    exist once: ``join`` equals :func:`tolstat.concat` of the full parts."""
+
+    def __init__(self, total: int, size: int):
+        from .dataset import SAMPLE_VARS
+
+        self.names = list(SAMPLE_VARS)
+        self.arrays = {n: np.empty((max(total, 1), size)) for n in self.names}
+        self.attrs: dict[str, dict[str, Any]] = {}
+        self.order: list[str] | None = None
+        self.rows = 0
+        self.k = 0
+
+    def take(self, part: xr.Dataset) -> xr.Dataset:
+        """Move ``part``'s sample arrays in; return the part without them."""
+        part = validate(part)
+        n, kp = part.sizes["run"], part.sizes["sample"]
+        for name in self.names:
+            arr = self.arrays[name]
+            if self.rows + n > arr.shape[0] or kp > arr.shape[1]:  # more than planned: grow
+                grown = np.empty((max(arr.shape[0], self.rows + n), max(arr.shape[1], kp)))
+                grown[: self.rows, : arr.shape[1]] = arr[: self.rows]
+                grown[: self.rows, arr.shape[1]:] = np.nan
+                self.arrays[name] = arr = grown
+            block = arr[self.rows: self.rows + n]
+            block[:, :kp] = part[name].values
+            block[:, kp:] = np.nan
+            self.attrs.setdefault(name, dict(part[name].attrs))
+        if self.order is None:
+            self.order = list(part.data_vars)
+        self.rows += n
+        self.k = max(self.k, kp)
+        return part.drop_vars(self.names)
+
+    def join(self, parts: list[xr.Dataset]) -> xr.Dataset:
+        """What :func:`tolstat.concat` gives for the parts with their samples."""
+        prov: list[Any] = []
+        for d in parts:
+            prov.extend(json.loads(d.attrs.get("provenance", "[]")))
+        out = xr.concat([d.drop_attrs() if hasattr(d, "drop_attrs") else d.assign_attrs({}) for d in parts],
+                        dim="run", data_vars="all", coords="different", compat="equals", join="outer",
+                        combine_attrs="drop")
+        for name in out.data_vars:  # attrs from the first part that has the variable
+            first = next((d for d in parts if name in d.data_vars), None)
+            if first is not None:
+                out[name].attrs = dict(first[name].attrs)
+        out = out.assign({name: xr.Variable(("run", "sample"), self.arrays[name][: self.rows, : self.k],
+                                            self.attrs[name]) for name in self.names})
+        order = list(self.order or []) + [v for v in parts[0].data_vars if v not in (self.order or [])]
+        order += [v for v in out.data_vars if v not in order]
+        out = out[order]
+        out.attrs = dict(parts[0].attrs)
+        out.attrs["sample_size"] = int(self.k)
+        out.attrs["provenance"] = json.dumps(prov)
+        return out
 
 
 def _ops(cfg: EvalConfig) -> list[str]:
@@ -232,18 +307,24 @@ def _ops(cfg: EvalConfig) -> list[str]:
 
 def calibration_dataset(cfg: EvalConfig, *, progress: bool | None = None) -> xr.Dataset:
     """Collect the calibration error dataset of the correct corpus kernels."""
+    from . import corpus
+
     ops = _ops(cfg)
+    # the samples are gathered into one copy as each part is made (equal to concatenating)
+    sink = _SampleSink(sum(len(corpus.OPS[op].variants) for op in ops) * cfg.n_cal * len(cfg.dtypes), 512)
     parts = []
     bar = tqdm(total=len(ops) * len(cfg.dtypes), desc="collect", disable=None if progress is None else not progress)
     for op in ops:
         for dt in cfg.dtypes:
-            parts.append(_from_corpus_pairs(list(_pairs_for(op, dt, cfg.n_cal, cfg.seed, cfg.quick)), op, dt,
-                                            cfg.seed))
+            pairs = _same_covariates(_pairs_for(op, dt, cfg.n_cal, cfg.seed, cfg.quick), op)
+            parts.append(sink.take(from_pairs(pairs, op=op, dtype=dt, hardware="cpu:tolstat-corpus",
+                                              seed=cfg.seed, sample_size=512, progress=False,
+                                              rowwise=op in corpus.ROWWISE)))
             bar.update(1)
     bar.close()
     # ops have different covariates (D for attention, N for norms): keep the union,
     # NaN where an op does not define one
-    return _union_covariates(parts)
+    return _union_covariates(parts, sink=sink)
 
 
 def heldout_datasets(cfg: EvalConfig, *, covariates: Sequence[str] = (),
@@ -258,21 +339,27 @@ def heldout_datasets(cfg: EvalConfig, *, covariates: Sequence[str] = (),
     the buggy dataset is None when the ops have no bugs.
     ``covariates`` orders the covariates like the calibration dataset's.
     """
+    from . import corpus
+
     ops = _ops(cfg)
+    n_var = sum(len(corpus.OPS[op].variants) for op in ops) * cfg.n_test * len(cfg.dtypes)
+    n_bug = sum(b.op in ops for b in corpus.BUGS.values()) * cfg.n_test * len(cfg.dtypes)
+    ctrl_sink, bug_sink = _SampleSink(n_var, 512), _SampleSink(n_bug, 512)
     ctrl_parts, bug_parts = [], []
     bar = tqdm(total=len(ops) * len(cfg.dtypes), desc="test checks",
                disable=None if progress is None else not progress)
     for op in ops:
         for dt in cfg.dtypes:
             controls, buggy = _heldout_pairs(op, dt, cfg.n_test, cfg.seed + 1, cfg.quick)
-            ctrl_parts.append(_from_corpus_pairs(controls, op, dt, cfg.seed + 1))
+            ctrl_parts.append(ctrl_sink.take(_from_corpus_pairs(controls, op, dt, cfg.seed + 1)))
             if buggy:
-                bug_parts.append(_from_corpus_pairs(buggy, op, dt, cfg.seed + 1))
+                bug_parts.append(bug_sink.take(_from_corpus_pairs(buggy, op, dt, cfg.seed + 1)))
+            del controls, buggy
             bar.update(1)
     bar.close()
     names = list(covariates)
-    controls_ds = _union_covariates(ctrl_parts, names)
-    return controls_ds, (_union_covariates(bug_parts, names) if bug_parts else None)
+    controls_ds = _union_covariates(ctrl_parts, names, sink=ctrl_sink)
+    return controls_ds, (_union_covariates(bug_parts, names, sink=bug_sink) if bug_parts else None)
 
 
 @dataclass

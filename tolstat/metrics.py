@@ -29,6 +29,9 @@ import numpy as np
 
 from ._dtypes import TargetDtype, target_dtype
 from ._validate import float_array
+from . import _numba_cache
+
+_numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
 __all__ = ["ErrorMetrics", "error_metrics", "ulp_distance", "as_array", "ordered_int"]
 

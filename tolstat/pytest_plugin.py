@@ -53,7 +53,6 @@ import zlib
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
 import pytest
 
 __all__ = ["pytest_addoption", "pytest_configure", "TolstatSession", "suite_table"]
@@ -134,6 +133,8 @@ def suite_table(table: Any, suite_budget: float, n_checks: int) -> Any:
     ValueError
         Bad ``suite_budget`` or ``n_checks``, or a budget larger than the table's.
     """
+    import numpy as np
+
     from .bounds import split_budget
     from .selection import calibrate
 
@@ -264,6 +265,8 @@ class TolstatSession:
     def record(self, actual: Any, expected: Any, *, op: str, dtype: str, nodeid: str,
                covariates: Mapping[str, Any] | None) -> None:
         """Keep the error summary of a passing check (deterministic for a given test and call)."""
+        import numpy as np  # here, not at module level: pytest start-up stays light
+
         from .dataset import summarize_run
         from .metrics import error_metrics
 

@@ -1,19 +1,20 @@
 """Streaming, resumable collection into a zarr store (for collections too large for memory).
 
 :func:`collect_to_store` does what :func:`tolstat.collect` does, but writes every run to a
-zarr store (``zarr_format=2``) as soon as it is measured, so memory stays bounded and a
-crash loses at most the run in flight: re-running with the same arguments continues where
+zarr store (``zarr_format=2``) in blocks of consecutive runs (at most ``min(chunk_runs,
+256)`` runs, or what was measured in one second), so memory stays bounded and a crash
+loses at most the runs of the block in flight: re-running with the same arguments continues where
 the collection stopped, without duplicating runs (a run is identified by
 ``(op, dtype, seed, run_index)``; run ``i`` always uses ``default_rng([seed, i])``).
 
 Store layout
 ------------
 The store is an ordinary error dataset (``docs/schema.md``) pre-allocated for ``runs`` runs
-(the ``sample`` dimension padded to ``sample_size``), written run by run into its region.
+(the ``sample`` dimension padded to ``sample_size``), written block by block into its region.
 Every zarr chunk write is atomic (write to a temporary file, rename), so a killed process
 never leaves a torn chunk. Next to the arrays, the zarr sub-group ``tolstat_stream`` holds
 the collection's arguments (attribute ``manifest``) and ``done.log``: one JSON line per
-completed run with its string labels, appended (and fsync'ed) only after all of the run's
+completed run with its string labels, appended (and fsync'ed) only after all of the block's
 arrays are written. A run is done exactly when its line is in the log. When all runs are
 done the store is *finalized*: string labels are written from the log, the ``sample``
 dimension is trimmed as :func:`tolstat.dataset.build_dataset` trims it, provenance is set
@@ -32,6 +33,7 @@ import datetime as _dt
 import json
 import os
 import shutil
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,8 +180,10 @@ def _read_log(store: Path) -> dict[int, dict[str, str]]:
     return out
 
 
-def _append_log(store: Path, i: int, labels: Mapping[str, str]) -> None:
-    line = json.dumps({"i": int(i), "labels": dict(labels)}, separators=(",", ":")) + "\n"
+def _append_log(store: Path, done: list[tuple[int, Mapping[str, str]]]) -> None:
+    """Append one line per completed run (after its data are written) and fsync once."""
+    text = "".join(json.dumps({"i": int(i), "labels": dict(lab)}, separators=(",", ":")) + "\n"
+                   for i, lab in done)
     p = store / SIDE / LOG
     with open(p, "rb+" if p.exists() else "wb") as fh:
         # a torn line left by a crash is terminated first, so that it stays unparseable alone
@@ -188,7 +192,7 @@ def _append_log(store: Path, i: int, labels: Mapping[str, str]) -> None:
             fh.seek(-1, os.SEEK_END)
             if fh.read(1) != b"\n":
                 fh.write(b"\n")
-        fh.write(line.encode("utf-8"))
+        fh.write(text.encode("utf-8"))
         fh.flush()
         os.fsync(fh.fileno())
 
@@ -238,8 +242,7 @@ def _create_store(store: Path, rec0: RunRecord, manifest: dict[str, Any]) -> Non
         raise
 
 
-def _write_run(arrays: Mapping[str, Any], i: int, rec: RunRecord, size: int,
-               label_keys: list[str], cov_keys: list[str]) -> None:
+def _check_run(i: int, rec: RunRecord, size: int, label_keys: list[str], cov_keys: list[str]) -> None:
     if set(rec.labels) != set(label_keys):
         raise ValueError(f"run {i} has labels {sorted(rec.labels)} but the store has "
                          f"{sorted(label_keys)}: every run of a dataset needs the same label names")
@@ -249,18 +252,28 @@ def _write_run(arrays: Mapping[str, Any], i: int, rec: RunRecord, size: int,
     n = len(rec.samples["sample_abs"])
     if n > size:
         raise ValueError(f"run {i} has {n} samples, more than sample_size={size}")
+
+
+def _write_block(arrays: Mapping[str, Any], block: list[tuple[int, RunRecord]], size: int,
+                 cov_keys: list[str]) -> None:
+    """Write consecutive runs ``block`` (checked by :func:`_check_run`) with one zarr write per array."""
+    i0, m = block[0][0], len(block)
+    recs = [r for _, r in block]
+    sl = slice(i0, i0 + m)
     for name in SAMPLE_VARS:
-        row = np.full(size, np.nan)
-        row[:n] = rec.samples[name]
-        arrays[name][i, :] = row
-    arrays["abs_quantile"][i, :] = rec.quantiles
+        rows = np.full((m, size), np.nan)
+        for j, rec in enumerate(recs):
+            v = rec.samples[name]
+            rows[j, :len(v)] = v
+        arrays[name][sl, :] = rows
+    arrays["abs_quantile"][sl, :] = np.stack([np.asarray(r.quantiles) for r in recs])
     for name in RUN_STATS:
-        arrays[name][i] = rec.stats[name]
+        arrays[name][sl] = np.array([r.stats[name] for r in recs])
     for name in cov_keys:
-        arrays[name][i] = rec.covariates[name]
-    arrays["n_sample"][i] = n
-    arrays["seed"][i] = rec.seed
-    arrays["run_index"][i] = rec.run_index
+        arrays[name][sl] = np.array([r.covariates[name] for r in recs])
+    arrays["n_sample"][sl] = np.array([len(r.samples["sample_abs"]) for r in recs])
+    arrays["seed"][sl] = np.array([r.seed for r in recs])
+    arrays["run_index"][sl] = np.array([r.run_index for r in recs])
 
 
 def _finalize(store: Path, manifest: dict[str, Any], log: Mapping[int, Mapping[str, str]]) -> None:
@@ -438,21 +451,49 @@ def _open_or_create(path: Path, manifest: dict[str, Any], overwrite: bool,
     return manifest, first
 
 
+#: runs measured before one block write (at most ``chunk_runs``), and the longest a
+#: measured run waits for its write: a crash loses at most the runs of one block
+BLOCK_RUNS = 256
+FLUSH_SECONDS = 1.0
+
+
 def _write_runs(path: Path, manifest: Mapping[str, Any], log: dict[int, dict[str, str]], todo: Any,
                 first: RunRecord | None, measure: Callable[[int], RunRecord]) -> None:
-    """Measure and write the runs ``todo`` (run 0 may already be measured: ``first``)."""
+    """Measure the runs ``todo`` (run 0 may already be measured: ``first``) and write them
+    in blocks of consecutive runs: one zarr write per array and one log append (fsync'ed
+    after the data) per block. Runs measured before an exception are written first."""
     g = _zarr_group(path)
     arrays = _arrays(g)
     label_keys = [x for x in str(g.attrs.get("labels", "")).split(",") if x]
     cov_keys = [x for x in str(g.attrs.get("covariates", "")).split(",") if x
                 and x not in BUILTIN_COVARIATES]
     size = int(manifest["sample_size"])
-    for i in todo:
-        rec = first if (i == 0 and first is not None) else measure(i)
-        _write_run(arrays, i, rec, size, label_keys, cov_keys)
-        lab = _string_labels(rec)
-        _append_log(path, i, lab)
-        log[i] = lab
+    limit = max(1, min(BLOCK_RUNS, int(manifest.get("chunk_runs", BLOCK_RUNS))))
+    buf: list[tuple[int, RunRecord]] = []
+    last = time.monotonic()
+
+    def flush() -> None:
+        start = 0
+        for k in range(1, len(buf) + 1):  # consecutive run indices share one write
+            if k == len(buf) or buf[k][0] != buf[k - 1][0] + 1:
+                _write_block(arrays, buf[start:k], size, cov_keys)
+                start = k
+        labs = [(i, _string_labels(rec)) for i, rec in buf]
+        _append_log(path, labs)
+        log.update(labs)
+        buf.clear()
+
+    try:
+        for i in todo:
+            rec = first if (i == 0 and first is not None) else measure(i)
+            _check_run(i, rec, size, label_keys, cov_keys)
+            buf.append((i, rec))
+            if len(buf) >= limit or time.monotonic() - last >= FLUSH_SECONDS:
+                flush()
+                last = time.monotonic()
+    finally:
+        if buf:
+            flush()
 
 
 def store_progress(store: str | os.PathLike[str]) -> StoreProgress:
