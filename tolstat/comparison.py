@@ -329,10 +329,12 @@ class SelectRule(Rule):
         thr: dict[tuple[str, str, str], float] = {}
         reasons: dict[tuple[str, str, str], str] = {}
         for i, key in enumerate(table.groups):
-            t = float(d["threshold"].values[i, 0])
-            thr[key] = t
-            if math.isnan(t):
-                reasons[key] = str(d["reason"].values[i, 0])
+            row = np.asarray(d["threshold"].values[i], dtype=np.float64)
+            refused = np.flatnonzero(np.isnan(row))
+            # a group with any statistic refused (e.g. bias at a small budget) cannot be checked
+            thr[key] = math.nan if refused.size else float(row[0])
+            if refused.size:
+                reasons[key] = str(d["reason"].values[i, refused[0]])
 
         def score(ds: xr.Dataset) -> np.ndarray:
             need = ("sample_abs", "sample_ref") if self.options.get("form") is not None else ()
