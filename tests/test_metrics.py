@@ -132,13 +132,17 @@ def test_ulp_nonfinite_semantics():
     np.testing.assert_array_equal(got, [0, inf, inf, inf, 0, 0])
 
 
-def test_expected_rounded_to_target_and_clamped():
+def test_expected_rounded_to_target_and_overflow_is_infinite():
     # 2 + 2**-11 is below half an fp16 ulp at 2: rounds to 2.0 -> 0 ulp
     assert ulp_distance(np.float16([2.0]), np.array([2.0 + 2 ** -11]), "float16")[0] == 0
-    # above fp16 max: clamped to max (65504), actual max -> 0 ulp, not inf
-    assert ulp_distance(np.float16([65504.0]), np.array([70000.0]), "float16")[0] == 0
-    # float8_e4m3fn has no inf: overflow must not become NaN
-    assert ulp_distance(np.array([448.0], ml_dtypes.float8_e4m3fn), np.array([1e4]), "float8_e4m3fn")[0] == 0
+    # above fp16 max: the reference overflows, a saturated output is not 0 ulp
+    assert ulp_distance(np.float16([65504.0]), np.array([70000.0]), "float16")[0] == np.inf
+    # just below the rounding boundary (65520) the reference rounds to max: 0 ulp
+    assert ulp_distance(np.float16([65504.0]), np.array([65519.0]), "float16")[0] == 0
+    # float8_e4m3fn has no inf: overflow is still an infinite distance, never NaN or 0
+    assert ulp_distance(np.array([448.0], ml_dtypes.float8_e4m3fn), np.array([1e4]), "float8_e4m3fn")[0] == np.inf
+    # its tie at 464 rounds to even = 448 (the all-ones significand is NaN): no overflow
+    assert ulp_distance(np.array([448.0], ml_dtypes.float8_e4m3fn), np.array([464.0]), "float8_e4m3fn")[0] == 0
 
 
 @pytest.mark.parametrize("name", ML_FLOATS)

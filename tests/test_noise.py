@@ -282,10 +282,13 @@ def test_from_pairs_with_magnitude_array():
     tolstat.validate(ds)
     for k in noise.STATISTICS:
         assert ds[k].attrs["role"] == "op_statistic"
-        np.testing.assert_array_equal(ds[k].values, [d[k] for d in direct])
+        if k in ("op_max", "op_frac"):  # maxima and counts: exact
+            np.testing.assert_array_equal(ds[k].values, [d[k] for d in direct])
+        else:  # sums: one fused pass (sequential) vs numpy's pairwise sums, equal to rounding
+            np.testing.assert_allclose(ds[k].values, [d[k] for d in direct], rtol=1e-12, atol=0)
     out, ref, mag = pairs[2][:3]
     mid = run_statistics(out, ref, dtype="float16", magnitude=mag, K=32, c_mid=1.0)
-    assert ds["op_rms_mid"].values[2] == mid["op_rms"]
+    assert ds["op_rms_mid"].values[2] == pytest.approx(mid["op_rms"], rel=1e-12)
     assert "intermediate-store" in ds["op_rms_mid"].attrs["long_name"]
     assert sorted(k for k in ds.data_vars if ds[k].attrs.get("role") == "op_statistic") == \
         sorted(noise.record_statistic_names("matmul"))

@@ -18,16 +18,27 @@ from tolstat import stream
 
 KERNELS = textwrap.dedent(
     '''
+    import os, signal
     import numpy as np
     import tolstat
 
+    # counters and failure points live outside the functions, so that the code of
+    # kernel/make (the store's identity) is the same in every process and test
+    CALLS = []
+    FAIL = {"kill_at": None, "raise_at": None}
+
     def kernel(a, b):
+        if FAIL["kill_at"] is not None and len(CALLS) == FAIL["kill_at"]:
+            os.kill(os.getpid(), signal.SIGKILL)
         return (a.astype(np.float16) @ b.astype(np.float16)).astype(np.float16)
 
     def reference(a, b):
         return a.astype(np.float16).astype(np.float64) @ b.astype(np.float16).astype(np.float64)
 
     def make(rng):
+        if FAIL["raise_at"] is not None and len(CALLS) == FAIL["raise_at"]:
+            raise RuntimeError("boom")
+        CALLS.append(1)
         k = int(rng.choice([8, 33, 128]))
         return tolstat.Inputs(
             args=(rng.standard_normal((4, k)), rng.standard_normal((k, 6))),
@@ -47,18 +58,8 @@ CHILD = textwrap.dedent(
     from tolstat import stream
 
     store, mode, at = sys.argv[2], sys.argv[3], int(sys.argv[4])
-    calls = []
-
-    def make(rng):
-        calls.append(1)
-        return kernels.make(rng)
-    make.__qualname__ = "make"
-
-    def kernel(a, b):
-        if mode == "kill_kernel" and len(calls) == at:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return kernels.kernel(a, b)
-    kernel.__qualname__ = "kernel"
+    if mode == "kill_kernel":
+        kernels.FAIL["kill_at"] = at
 
     if mode == "kill_write":  # die in the middle of writing a run's arrays
         import zarr
@@ -71,9 +72,9 @@ CHILD = textwrap.dedent(
             return orig(self, key, value)
         zarr.Array.__setitem__ = setitem
 
-    stream.collect_to_store(kernel, kernels.reference, make, store=store, chunk_runs=2,
+    stream.collect_to_store(kernels.kernel, kernels.reference, kernels.make, store=store, chunk_runs=2,
                             progress=False, **kernels.KW)
-    print("CALLS", len(calls))
+    print("CALLS", len(kernels.CALLS))
     '''
 )
 
@@ -125,16 +126,10 @@ def test_store_equals_collect(kernels, expected, tmp_path):
     prov = json.loads(ds.attrs["provenance"])
     assert prov[0]["created_by"] == "tolstat.collect" and prov[0]["streamed"] is True
     # a second call finds it complete: nothing is measured again
-    calls = []
-
-    def make(rng):
-        calls.append(1)
-        return k.make(rng)
-
-    make.__qualname__ = "make"
-    again = stream.collect_to_store(k.kernel, k.reference, make, store=tmp_path / "r.zarr",
+    before = len(k.CALLS)
+    again = stream.collect_to_store(k.kernel, k.reference, k.make, store=tmp_path / "r.zarr",
                                     chunk_runs=3, **k.KW)
-    assert calls == []
+    assert len(k.CALLS) == before
     _same(expected, again)
 
 
@@ -216,16 +211,13 @@ def test_torn_log_line_is_ignored(kernels, expected, tmp_path):
     store = tmp_path / "t.zarr"
     kw = dict(k.KW)
 
-    def boom_make(rng):
-        if boom_make.n == 4:
-            raise RuntimeError("boom")
-        boom_make.n += 1
-        return k.make(rng)
-
-    boom_make.n = 0
-    boom_make.__qualname__ = "make"
-    with pytest.raises(RuntimeError, match="boom"):
-        stream.collect_to_store(k.kernel, k.reference, boom_make, store=store, **kw)
+    k.CALLS.clear()
+    k.FAIL["raise_at"] = 4
+    try:
+        with pytest.raises(RuntimeError, match="boom"):
+            stream.collect_to_store(k.kernel, k.reference, k.make, store=store, **kw)
+    finally:
+        k.FAIL["raise_at"] = None
     assert stream.store_progress(store).done == [0, 1, 2, 3]
     with open(store / stream.SIDE / stream.LOG, "ab") as fh:  # a crash mid-append
         fh.write(b'{"i": 4, "lab')

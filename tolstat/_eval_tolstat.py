@@ -1,77 +1,21 @@
-"""tolstat's own methods for :mod:`tolstat.evaluate`: select on calibration data, then check."""
+"""tolstat's own methods in :mod:`tolstat.evaluate`: the one list of the tolstat rules compared there."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from .comparison import Rule, SelectRule
 
-import numpy as np
-import xarray as xr
-
-from ._method import Method
-from .checks import check_metrics
-from .metrics import ErrorMetrics
-from .selection import select
-from .table import ToleranceTable
-
-__all__ = ["TolstatMethod", "tolstat_methods"]
+__all__ = ["tolstat_methods"]
 
 
-class TolstatMethod(Method):
-    """``tolstat.select`` on the calibration runs, one group per (op, dtype).
+def tolstat_methods() -> list[Rule]:
+    """The tolstat methods compared in ``tolstat evaluate``.
 
-    Parameters
-    ----------
-    name : str
-        Label in the report.
-    fp_budget, confidence : float
-        The promise: a correct run fails a check with probability <= ``fp_budget``,
-        with ``confidence``.
-    options
-        Passed to :func:`tolstat.select` (``form=``, ``statistic=``...).
+    Each is ``tolstat.select`` with these options; evaluate calibrates it per (op, dtype)
+    at its ``fp_budget`` and ``confidence`` (:class:`tolstat.comparison.SelectRule`).
     """
-
-    family = "tolstat"
-
-    def __init__(self, name: str, fp_budget: float, confidence: float, **options: Any):
-        self.name = name
-        self.budget = fp_budget
-        self.confidence = confidence
-        self.options = options
-        self.table: ToleranceTable | None = None
-
-    def calibrate(self, cal: xr.Dataset) -> None:  # noqa: D102
-        self.table = select(cal, fp_budget=self.budget, confidence=self.confidence,
-                            by=("op", "dtype"), **self.options)
-
-    def score(self, m: ErrorMetrics, *, op: str, dtype: str, actual: np.ndarray,
-              expected: np.ndarray, covariates: Mapping[str, float]) -> float:  # noqa: D102
-        assert self.table is not None, "calibrate first"
-        ent = self.table.entry(op, dtype, None)
-        res = check_metrics(m, actual, expected, ent, covariates)
-        return max(res.ratios.values()) if res.ratios else 0.0
-
-    def threshold_for(self, op: str, dtype: str) -> float | None:
-        """The max_abs threshold of a group (None for normalised forms)."""
-        if self.table is None or "form" in self.options:
-            return None
-        ent = self.table.entry(op, dtype, None)
-        st = ent.statistics.get("max_abs")
-        return None if st is None else float(st.threshold)
-
-    def describe(self) -> str:  # noqa: D102
-        opts = ", ".join(f"{k}={v}" for k, v in self.options.items())
-        return (f"tolstat.select(fp_budget={self.budget:g}, confidence={self.confidence:g}"
-                f"{', ' + opts if opts else ''}) per (op, dtype)")
-
-
-def tolstat_methods(fp_budget: float, confidence: float) -> list[Method]:
-    """The tolstat methods compared in ``tolstat evaluate``."""
     return [
-        TolstatMethod("tolstat max_abs", fp_budget, confidence),
-        TolstatMethod("tolstat allclose", fp_budget, confidence, form="allclose"),
-        TolstatMethod("tolstat size-aware", fp_budget, confidence, form="size_aware"),
-        TolstatMethod("tolstat size-aware+bias", fp_budget, confidence, form="size_aware",
-                      statistic=("max_abs", "bias")),
+        SelectRule("tolstat max_abs"),
+        SelectRule("tolstat allclose", form="allclose"),
+        SelectRule("tolstat size-aware", form="size_aware"),
+        SelectRule("tolstat size-aware+bias", form="size_aware", statistic=("max_abs", "bias")),
     ]
-
-

@@ -163,6 +163,7 @@ def install() -> None:
         return
     # after numba's user-provided locator (NUMBA_CACHE_DIR keeps precedence), before the
     # in-tree one
-    pos = 1 if classes and classes[0] is caching.UserProvidedCacheLocator else 0
+    user = getattr(caching, "UserProvidedCacheLocator", None) or getattr(caching, "_UserProvidedCacheLocator", None)
+    pos = 1 if classes and user is not None and classes[0] is user else 0  # numba < 0.61: _-prefixed
     classes.insert(pos, located)
     _installed = True

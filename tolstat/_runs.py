@@ -119,6 +119,9 @@ def _as_inputs(x: Any) -> Inputs:
 
 
 def _merged(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> dict[str, Any]:
+    for m in (a, b):
+        if m is not None and not isinstance(m, Mapping):
+            raise TypeError(f"labels and covariates must be mappings {{name: value}}, got {type(m).__name__}")
     out = dict(a or {})
     out.update(b or {})
     return out

@@ -5,16 +5,21 @@ Foundation layer: imports nothing from the rest of the package.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import re
 import shutil
+import socket
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["unit_interval", "atomic_write", "atomic_write_text", "Groups", "group_rows", "ANY", "GROUP_DIMS", "NotEnoughData"]
+__all__ = ["unit_interval", "atomic_write", "atomic_write_text", "clean_stale", "remove_tree", "Groups",
+           "group_rows", "ANY", "GROUP_DIMS", "NotEnoughData"]
 
 #: the grouping of an error dataset and of a tolerance table
 GROUP_DIMS = ("op", "dtype", "hardware")
@@ -23,36 +28,91 @@ ANY = "*"
 
 
 # --------------------------------------------------------------------------- validation
-def unit_interval(name: str, value: Any) -> float:
-    """``float(value)``, checked to lie strictly between 0 and 1.
-
-    Raises
-    ------
-    ValueError
-        ``value`` is not a number, or not in the open interval (0, 1); the message names
-        the argument and the value.
-    """
-    try:
-        f = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number in (0, 1), got {value!r}") from None
-    if not (0.0 < f < 1.0):
-        raise ValueError(f"{name} must lie strictly between 0 and 1, got {f!r}")
-    return f
+from ._validate import unit_interval  # noqa: E402,F401  (one home for validation: _validate)
 
 
 # --------------------------------------------------------------------------- atomic writes
-def _tmp_path(dest: Path) -> Path:
-    return dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex[:8]}{dest.suffix}")
+_HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:6]
+_TMP_RE = re.compile(r"^\.(?P<name>.+)\.(?:tmp|old|lnk)-(?P<host>[0-9a-f]{6})-(?P<pid>\d+)-[0-9a-f]{8}")
+_VER = "v-"
+
+
+def _tmp_path(dest: Path, kind: str = "tmp") -> Path:
+    """``.<name>.<kind>-<host>-<pid>-<random><suffix>`` next to ``dest``: unique per writer,
+    and naming its writer so that a later save can remove it once that writer is dead."""
+    return dest.with_name(f".{dest.name}.{kind}-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}{dest.suffix}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove(p: Path) -> None:
+    try:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def remove_tree(p: str | os.PathLike[str]) -> None:
+    """Remove a file, a directory, or a link written by :func:`atomic_write` and its version."""
+    p = Path(p)
+    if p.is_symlink():
+        target = p.parent / os.readlink(p)
+        p.unlink()
+        if target.parent == p.parent and target.name.startswith(f".{p.name}.{_VER}"):
+            _remove(target)
+    elif p.exists():
+        _remove(p)
+
+
+def clean_stale(dest: str | os.PathLike[str]) -> list[Path]:
+    """Remove temporaries of ``dest`` left by killed writers (same host, process gone).
+
+    Temporaries of live writers (a save in progress) are left alone. Returns the paths
+    removed.
+    """
+    dest = Path(dest)
+    removed = []
+    try:
+        entries = list(dest.parent.iterdir())
+    except OSError:
+        return removed
+    for p in entries:
+        m = _TMP_RE.match(p.name)
+        if not m or m.group("name") != dest.name or m.group("host") != _HOST:
+            continue
+        if not _alive(int(m.group("pid"))):
+            _remove(p)
+            removed.append(p)
+    return removed
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], Any]) -> Path:
-    """Write a file atomically: ``write(tmp)`` to a unique temporary name, then one ``os.replace``.
+    """Write a file atomically: ``write(tmp)`` to a unique temporary name, then one rename.
 
-    A reader sees either the old file or the complete new one; a failed ``write`` leaves
-    the destination untouched and removes the temporary file. ``write`` may also create
-    a directory (a zarr store): an existing destination directory is then kept aside
-    until the new one is in place.
+    A reader sees either the old file or the complete new one, never a torn or missing
+    file; a failed ``write`` leaves the destination untouched and removes the temporary.
+    Temporaries of earlier writers that were killed (SIGKILL, OOM) are removed first.
+    Concurrent writers of the same path do not collide (unique temporary names); the
+    last rename wins.
+
+    ``write`` may also create a directory (a zarr store). A directory cannot replace
+    another one in a single rename, so the destination is then a *symbolic link* to a
+    versioned directory ``.<name>.v-<id>`` next to it: the new version is written in
+    full, a new link is made and renamed over the old one (one atomic rename), and only
+    then is the previous version removed (under a lock, see ``docs/errors.md``). A
+    destination that is a plain directory (written by an older tolstat) is swapped for
+    the link with ``renameat2(RENAME_EXCHANGE)`` where the OS has it.
 
     Parameters
     ----------
@@ -67,36 +127,94 @@ def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], Any]) -> 
         ``path``.
     """
     dest = Path(path)
+    clean_stale(dest)
     tmp = _tmp_path(dest)
     try:
         write(tmp)
-        _replace(tmp, dest)
-    except BaseException:
         if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        elif tmp.exists():
-            tmp.unlink()
+            _publish_dir(tmp, dest)
+        else:
+            _fsync(tmp)
+            os.replace(tmp, dest)
+            _fsync_dir(dest.parent)
+    except BaseException:
+        _remove(tmp)
         raise
     return dest
 
 
-def _replace(tmp: Path, dest: Path) -> None:
-    """Move ``tmp`` onto ``dest``; for directories keep the old one until the new is in place."""
-    if not tmp.is_dir():
-        os.replace(tmp, dest)
-        return
-    old = None
-    if dest.exists():
-        old = dest.with_name(f".{dest.name}.old-{uuid.uuid4().hex[:8]}")
-        os.replace(dest, old)
-    try:
-        os.replace(tmp, dest)
-    except BaseException:
-        if old is not None:
-            os.replace(old, dest)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+def _fsync(p: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _fsync_dir(d: Path) -> None:
+    _fsync(d)
+
+
+@contextlib.contextmanager
+def _publish_lock(dest: Path) -> Iterator[None]:
+    """Exclusive lock (waiting) for publishing a new version of the directory ``dest``
+    (portable: ``filelock`` uses ``flock`` on POSIX, ``msvcrt`` on Windows)."""
+    from filelock import FileLock
+
+    lock = FileLock(os.fspath(dest.with_name(f".{dest.name}.publish-lock")), thread_local=False,
+                    is_singleton=False)
+    with lock:
+        yield
+
+
+def _publish_dir(tmp: Path, dest: Path) -> None:
+    """Make the complete directory ``tmp`` the content of ``dest`` with one atomic rename."""
+    with _publish_lock(dest):
+        version = dest.with_name(f".{dest.name}.{_VER}{uuid.uuid4().hex}")
+        os.replace(tmp, version)
+        link = _tmp_path(dest, "lnk")
+        os.symlink(version.name, link)
+        try:
+            if dest.is_dir() and not dest.is_symlink():
+                _exchange(link, dest)  # the old plain directory is now at ``link``
+            else:
+                os.replace(link, dest)
+        except BaseException:
+            _remove(link)
+            _remove(version)
+            raise
+        _remove(link)
+        # every other version is superseded. It is first renamed away in one step, then
+        # deleted: a reader that read a whole version and finds it still in place after
+        # the read knows that it read an intact copy (tolstat.open_errors retries otherwise)
+        for p in dest.parent.iterdir():
+            if p.name.startswith(f".{dest.name}.{_VER}") and p.name != version.name:
+                trash = _tmp_path(dest, "old")
+                try:
+                    os.rename(p, trash)
+                except FileNotFoundError:
+                    continue
+                _remove(trash)
+        _fsync_dir(dest.parent)
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Atomically exchange two paths (Linux ``renameat2(RENAME_EXCHANGE)``); fall back to
+    two renames (a short window without ``b``) where the OS has no exchange."""
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    fn = getattr(libc, "renameat2", None)
+    if fn is not None:
+        AT_FDCWD, RENAME_EXCHANGE = -100, 2
+        if fn(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+            return
+    aside = _tmp_path(b, "old")
+    os.replace(b, aside)
+    os.replace(a, b)
+    os.replace(aside, a)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:

@@ -14,12 +14,15 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from . import _validate
 from ._dtypes import canonical_dtype
+from .dataset import BUILTIN_COVARIATES
 from .metrics import ErrorMetrics, as_array, error_metrics
 from .bounds import exceedance_probability
 from .statistics import get as get_statistic
 from .statistics import metric_covariates
 from .table import ToleranceEntry, ToleranceTable
+from ._fastcheck import cached_entry, fast_check
 
 __all__ = ["CheckResult", "check", "check_metrics", "assert_close"]
 
@@ -124,8 +127,10 @@ def check(
     hardware : str, optional
         Hardware label; falls back as :meth:`ToleranceTable.entry` documents.
     covariates : mapping, optional
-        Run covariates the table's scale model needs (e.g. ``{"K": 512}``).
-        ``ref_rms``, ``ref_max_abs`` and ``n_elements`` are computed from ``expected``.
+        Run covariates the table's scale model needs (e.g. ``{"K": 512}``): finite
+        real numbers. ``ref_rms``, ``ref_max_abs`` and ``n_elements`` are computed from
+        ``expected`` and may not be given (``ValueError`` naming the key): a user value
+        could switch the check off.
     allow_nan : bool, default False
         Passed to :func:`tolstat.error_metrics`.
     hardware_policy : {None, "exact", "pooled", "nearest", "error"}
@@ -140,14 +145,22 @@ def check(
     KeyError
         No table group for (op, dtype, hardware).
     ValueError
-        Shape mismatch, NaN reference, a covariate the scale model needs is missing.
+        Shape mismatch, NaN reference, a covariate the scale model needs is missing,
+        a covariate that is NaN/inf or computed.
+    TypeError
+        Non-float arrays (integer, complex, string, structured), a covariate that is
+        not a real number (a list, a string).
     """
     if not isinstance(table, ToleranceTable):
         raise TypeError(f"table must be a ToleranceTable, got {type(table).__name__}")
     dt = canonical_dtype(dtype)
-    ent = table.entry(op, dt, hardware, hardware_policy=hardware_policy)
+    ent = cached_entry(table, op, dt, hardware, hardware_policy=hardware_policy)
     a = as_array(actual, name="actual")
     e = as_array(expected, name="expected")
+    covariates = _validate.covariates(covariates, computed=BUILTIN_COVARIATES)
+    fast = fast_check(a, e, ent, covariates)  # one fused pass where the entry allows it
+    if fast is not None:
+        return CheckResult(**fast)
     m = error_metrics(a, e, dtype=dt, allow_nan=allow_nan)
     return check_metrics(m, a, e, ent, covariates)
 
@@ -161,7 +174,7 @@ def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceE
     user's run covariates; the built-in ones (``ref_rms``, ...) are added from ``m``.
     """
     ent = entry
-    cov = metric_covariates(m, covariates)
+    cov = metric_covariates(m, _validate.covariates(covariates, computed=BUILTIN_COVARIATES))
     name = ent.max_statistic
     c = ent.statistics[name].threshold
     max_stat = get_statistic(name)

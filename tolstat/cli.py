@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
 import xarray as xr
@@ -124,13 +124,19 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
 
 def _parse_covariates(items: Sequence[str] | None) -> dict[str, float]:
-    out: dict[str, float] = {}
+    from ._validate import covariates
+    from .dataset import BUILTIN_COVARIATES
+
+    out: dict[str, Any] = {}
     for item in items or ():
         name, sep, value = item.partition("=")
         if not sep:
-            raise ValueError(f"covariate {item!r} must be NAME=VALUE")
-        out[name.strip()] = float(value)
-    return out
+            raise ValueError(f"--cov {item!r} must be NAME=VALUE")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"--cov {item!r}: {value!r} is not a number") from None
+    return covariates(out, computed=BUILTIN_COVARIATES, what="--cov")
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -141,7 +147,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     by = ("op", "dtype") if args.pool_hardware else ("op", "dtype", "hardware")
     table = select(ds, fp_budget=args.fp_budget, confidence=args.confidence, method=args.method,
                    statistic=stat, form=args.form, by=by)
-    table.to_json(args.output)
+    if args.output.lower().endswith(".json"):
+        table.to_json(args.output)
+    else:
+        table.to_netcdf(args.output)
     print(table)
     print(f"wrote {args.output}")
     return 0
@@ -202,6 +211,43 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors on ONE line (``tolstat CMD: error: ...``), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {_one_line(message)} (see '{self.prog} --help')\n")
+
+
+def _one_line(msg: Any) -> str:
+    return " ".join(str(msg).split())
+
+
+def _arg(check: Callable[[str, Any], Any], name: str, conv: Callable[[str], Any] = float) -> Callable[[str], Any]:
+    """An argparse ``type``: convert, then validate with a :mod:`tolstat._validate` checker."""
+    def parse(text: str) -> Any:
+        try:
+            value = conv(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {conv.__name__} value: {text!r}") from None
+        try:
+            return check(name, value)
+        except (TypeError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = name
+    return parse
+
+
+def _suffix(name: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if not text.lower().endswith(allowed):
+            raise argparse.ArgumentTypeError(f"{text!r} must end in {' or '.join(allowed)}")
+        return text
+
+    parse.__name__ = name
+    return parse
+
+
 def _cmd_shift(args: argparse.Namespace) -> int:
     from . import open_errors, shift
 
@@ -221,22 +267,50 @@ def _one_line_error(parser: argparse.ArgumentParser) -> None:
     parser.error = error  # type: ignore[method-assign]
 
 
+def _count(flag: str) -> Callable[[str], Any]:
+    from . import _validate
+
+    return _arg(_validate.count, flag, int)
+
+
+def _budget() -> Callable[[str], Any]:
+    from . import _validate
+
+    return _arg(_validate.budget, "fp_budget")
+
+
+def _conf() -> Callable[[str], Any]:
+    from . import _validate
+
+    return _arg(_validate.unit_interval, "confidence")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tolstat`` command."""
-    p = argparse.ArgumentParser(prog="tolstat", description=__doc__)
+    p = _Parser(prog="tolstat", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
+    _add_data_commands(sub)
+    _add_table_commands(sub)
+    _add_report_commands(sub)
+    return p
+
+
+def _add_data_commands(sub: Any) -> None:
+    """Subcommands that produce error data: ``demo``, ``evaluate``, ``collect``."""
     d = sub.add_parser("demo", help="collect errors of a bundled numpy matmul kernel and summarise")
-    d.add_argument("--runs", type=int, default=100)
+    d.add_argument("--runs", type=_count("runs"), default=100)
     d.add_argument("--seed", type=int, default=0)
-    d.add_argument("-o", "--output", help="save the error dataset (.nc or .zarr)")
+    d.add_argument("-o", "--output", type=_suffix("path", (".nc", ".zarr")),
+                   help="save the error dataset (.nc or .zarr)")
     d.set_defaults(func=_cmd_demo)
     e = sub.add_parser("evaluate", help="the main job: recall and false positives of tolerance "
                        "methods on the embedded kernel corpus, side by side")
     e.add_argument("--quick", action="store_true", help="small shapes and fewer checks (about a minute)")
-    e.add_argument("--fp-budget", type=float, default=None, help="false-positive budget per check (default 0.01)")
-    e.add_argument("--confidence", type=float, default=None, help="confidence of thresholds (default 0.95)")
-    e.add_argument("--n-cal", type=int, default=None, help="calibration cases per (op, dtype)")
-    e.add_argument("--n-test", type=int, default=None, help="test cases per (op, dtype)")
+    e.add_argument("--fp-budget", type=_budget(), default=None,
+                   help="false-positive budget per check, in [1e-9, 0.5] (default 0.01)")
+    e.add_argument("--confidence", type=_conf(), default=None, help="confidence of thresholds (default 0.95)")
+    e.add_argument("--n-cal", type=_count("n_cal"), default=None, help="calibration cases per (op, dtype)")
+    e.add_argument("--n-test", type=_count("n_test"), default=None, help="test cases per (op, dtype)")
     e.add_argument("--ops", help="comma-separated ops (default: all)")
     e.add_argument("--seed", type=int, default=None)
     e.add_argument("-o", "--output", default="tolstat-results", help="output folder")
@@ -246,10 +320,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=_cmd_evaluate)
     c = sub.add_parser("collect", help="collect an error dataset of your kernel (--kernel MODULE:FUNCTION "
                        "...) or of the corpus's correct kernels")
-    c.add_argument("-o", "--output", required=True, help=".nc or .zarr")
+    c.add_argument("-o", "--output", required=True, type=_suffix("path", (".nc", ".zarr")), help=".nc or .zarr")
     c.add_argument("--ops", help="comma-separated ops (default: all)")
     c.add_argument("--dtypes", default="float16,bfloat16")
-    c.add_argument("--cases", type=int, default=100, help="cases per (op, dtype)")
+    c.add_argument("--cases", type=_count("cases"), default=100, help="cases per (op, dtype)")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--quick", action="store_true")
     c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
@@ -257,18 +331,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     _user_kernel_arguments(c)
     c.set_defaults(func=_cmd_collect)
+
+
+def _add_table_commands(sub: Any) -> None:
+    """Subcommands around tolerance tables: ``calibrate``, ``check``, ``merge``, ``show``, ``diff``."""
     k = sub.add_parser("calibrate", help="select thresholds under a false-positive budget -> TABLE.json")
     k.add_argument("errors", help="error dataset (.nc or .zarr)")
-    k.add_argument("--fp-budget", type=float, required=True,
-                   help="largest probability that a check of a correct run fails")
-    k.add_argument("--confidence", type=float, default=0.95)
+    k.add_argument("--fp-budget", type=_budget(), required=True,
+                   help="largest probability that a check of a correct run fails, in [1e-9, 0.5]")
+    k.add_argument("--confidence", type=_conf(), default=0.95)
     k.add_argument("--method", default="auto", choices=["auto", "order_statistic", "conformal", "evt"])
     k.add_argument("--statistic", default="max_abs", choices=["max_abs", "max_ulp", "max_rel"])
     k.add_argument("--form", default=None, choices=["allclose", "size_aware", "normalised", "baseline"],
                    help="noise-scale model: thresholds that scale with |ref| and problem size")
     k.add_argument("--bias", action="store_true", help="add the bias statistic (budget split)")
     k.add_argument("--pool-hardware", action="store_true", help="one entry per (op, dtype) over all hardware")
-    k.add_argument("-o", "--output", required=True, help="TABLE.json")
+    k.add_argument("-o", "--output", required=True, type=_suffix("path", (".json", ".nc")),
+                   help="TABLE.json (or TABLE.nc)")
     k.set_defaults(func=_cmd_calibrate)
     h = sub.add_parser("check", help="check a kernel output (.npy) against its reference with a table")
     h.add_argument("actual", help=".npy (or single-array .npz) kernel output")
@@ -285,7 +364,7 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("merge", help="merge calibration data and CI records (labels/covariates reconciled, "
                        "repeated records dropped)")
     m.add_argument("inputs", nargs="+", help="error datasets (.nc or .zarr), preferred first")
-    m.add_argument("-o", "--output", required=True, help=".nc or .zarr")
+    m.add_argument("-o", "--output", required=True, type=_suffix("path", (".nc", ".zarr")), help=".nc or .zarr")
     m.add_argument("--keep-duplicates", action="store_true", help="keep repeated identical records")
     m.set_defaults(func=_cmd_merge)
     w = sub.add_parser("show", help="list a tolerance table per group (thresholds also as atol/rtol)")
@@ -296,6 +375,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("new")
     f.add_argument("--changed-only", action="store_true", help="leave out unchanged groups")
     f.set_defaults(func=_cmd_diff)
+
+
+def _add_report_commands(sub: Any) -> None:
+    """Subcommands that report: ``report``, ``shift``, ``summary``, ``compare``."""
     r = sub.add_parser("report", help="write a Markdown report (tables and plots) of an evaluation")
     r.add_argument("results", help="folder written by 'tolstat evaluate'")
     r.set_defaults(func=_cmd_report)
@@ -303,8 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "hardware)? score comparison and realised false-positive rate")
     t.add_argument("a", help="error dataset the table is calibrated on (.nc or .zarr)")
     t.add_argument("b", help="error dataset of the other hardware")
-    t.add_argument("--fp-budget", type=float, default=0.01, help="false-positive budget per check (default 0.01)")
-    t.add_argument("--confidence", type=float, default=0.95)
+    t.add_argument("--fp-budget", type=_budget(), default=0.01,
+                   help="false-positive budget per check, in [1e-9, 0.5] (default 0.01)")
+    t.add_argument("--confidence", type=_conf(), default=0.95)
     t.add_argument("--form", default="allclose",
                    help="noise-scale model of the score: allclose (default), size_aware, normalised, baseline "
                         "or none (plain max_abs)")
@@ -317,7 +401,6 @@ def build_parser() -> argparse.ArgumentParser:
     from .comparison import add_cli as _add_compare  # tolstat compare
 
     _add_compare(sub)
-    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -325,9 +408,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, TypeError, KeyError, FileNotFoundError) as exc:
-        print(f"tolstat: error: {exc}", file=sys.stderr)
-        return 2
+    except KeyError as exc:  # str(KeyError) quotes its message
+        msg = exc.args[0] if exc.args else exc
+    except (ValueError, TypeError, OSError, RuntimeError) as exc:
+        msg = exc if str(exc) else type(exc).__name__
+    print(f"tolstat {args.command}: error: {_one_line(msg)}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

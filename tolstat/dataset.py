@@ -15,6 +15,7 @@ import numba
 import numpy as np
 import xarray as xr
 
+from . import _validate
 from ._util import GROUP_DIMS
 from ._version import __version__
 from .metrics import ErrorMetrics
@@ -33,6 +34,9 @@ __all__ = [
     "label_names",
     "covariate_names",
     "GROUP_DIMS",
+    "DuplicateRunsWarning",
+    "duplicate_runs",
+    "drop_duplicate_runs",
 ]
 
 SCHEMA_VERSION = 1
@@ -70,9 +74,12 @@ METRIC_DEFINITIONS = (
     "signed error d = actual - expected (float64); abs error |d|; "
     "relative error |d| / max(|expected|, rel_floor), rel_floor default = smallest normal "
     "of the target dtype; ULP distance = distance on the ordered integer line of the "
-    "target dtype after rounding expected to it (nearest even, clamped to max finite), "
+    "target dtype after rounding expected to it (nearest even; a finite reference that overflows the format is at infinite distance), "
     "-0 == +0; NaN/Inf actual where expected is finite = infinite error (n_nonfinite)."
 )
+from . import _numba_cache
+
+_numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
 
 @dataclass
@@ -184,8 +191,14 @@ def summarize_run(
         "sample_ulp": metrics.ulp[idx],
         "sample_ref": metrics.ref_abs[idx],
     }
-    labels = {str(k): _label_value(k, v) for k, v in (labels or {}).items()}
-    covs = {str(k): float(v) for k, v in (covariates or {}).items()}
+    if labels is not None and not isinstance(labels, Mapping):
+        raise TypeError(f"labels must be a mapping {{name: value}}, got {type(labels).__name__}")
+    labels = {_validate.label_name("label", k): _validate.label_value(f"label {k!r}", _label_value(k, v))
+              for k, v in (labels or {}).items()}
+    covs = _validate.covariates(covariates, computed=BUILTIN_COVARIATES)
+    op = _validate.label_value("op", op)
+    hardware = _validate.label_value("hardware", hardware)
+    platform = _validate.label_value("platform", platform)
     for name in list(labels) + list(covs):
         if name in RESERVED:
             raise ValueError(f"label/covariate name {name!r} is reserved by the schema")
@@ -432,8 +445,12 @@ def validate(ds: Any, *, deep: bool | None = None, source: str | None = None) ->
     schema = ds.attrs.get("tolstat_schema")
     if schema is None:
         _fail("missing attribute 'tolstat_schema' (not a tolstat error dataset?)", source)
-    if int(schema) != SCHEMA_VERSION:
-        _fail(f"schema version {schema} is not supported (this tolstat reads {SCHEMA_VERSION})", source)
+    try:
+        schema_ok = int(schema) == SCHEMA_VERSION and float(schema) == SCHEMA_VERSION
+    except (TypeError, ValueError):
+        schema_ok = False
+    if not schema_ok:
+        _fail(f"schema version {schema!r} is not supported (this tolstat reads {SCHEMA_VERSION})", source)
     for dim in ("run", "sample", "quantile"):
         if dim not in ds.dims:
             _fail(f"missing dimension {dim!r}", source)
@@ -493,7 +510,67 @@ def validate(ds: Any, *, deep: bool | None = None, source: str | None = None) ->
         pad = np.arange(s.shape[1])[None, :] >= ns[:, None]
         if np.isnan(s[~pad]).any():
             _fail("'sample_abs' has NaN inside the valid samples", source)
+        _check_consistent(ds, s, ns, source)
     return ds
+
+
+def _check_consistent(ds: xr.Dataset, s: np.ndarray, ns: np.ndarray, source: str | None) -> None:
+    """Cheap tamper checks: the element sample always holds the run's largest error, so
+    its maximum must equal ``max_abs`` (and may never exceed it)."""
+    mx = np.asarray(ds["max_abs"].values, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        smax = np.max(np.where(np.isnan(s), -np.inf, s), axis=1) if s.shape[1] else np.full(mx.shape, -np.inf)
+        has = ns > 0
+        over = has & (smax > mx * (1 + 1e-12))
+        under = has & (smax < mx * (1 - 1e-12)) & np.isfinite(mx)
+    if over.any():
+        i = int(np.flatnonzero(over)[0])
+        _fail(f"run {i}: the largest sampled error {smax[i]!r} exceeds its 'max_abs' {mx[i]!r} "
+              f"({int(over.sum())} run(s); edited or mixed-up data?)", source)
+    if under.any():
+        i = int(np.flatnonzero(under)[0])
+        _fail(f"run {i}: 'max_abs' {mx[i]!r} is larger than every sampled error (largest {smax[i]!r}); "
+              f"the sample always holds the largest error ({int(under.sum())} run(s); edited data?)", source)
+
+
+class DuplicateRunsWarning(UserWarning):
+    """Exact copies of runs were found in an error dataset and dropped."""
+
+
+def duplicate_runs(ds: xr.Dataset) -> np.ndarray:
+    """Indices of runs that are exact copies of an earlier run of ``ds``.
+
+    A run's record is every run-level variable (labels incl. ``seed`` and
+    ``run_index``, run statistics, quantiles, covariates); two distinct measurements
+    practically never agree bit for bit in all of them, while a dataset concatenated
+    with itself (or a file merged twice) does. The element sample is not compared (the
+    record already identifies the run).
+    """
+    n = ds.sizes["run"]
+    cols = {str(name): np.asarray(var.values) for name, var in ds.variables.items()
+            if var.dims[:1] == ("run",) and "sample" not in var.dims and name != "run"}
+    return _validate.duplicate_rows(cols, n)
+
+
+def drop_duplicate_runs(ds: xr.Dataset, *, warn: bool = True) -> xr.Dataset:
+    """``ds`` without exact duplicate runs (see :func:`duplicate_runs`).
+
+    Calibration counts runs as independent draws: three copies of the same 100 runs
+    are 100 runs, not 300 (a threshold "supported" by 300 would promise more than the
+    data can). With ``warn`` a :class:`DuplicateRunsWarning` says how many were dropped.
+    """
+    dup = duplicate_runs(ds)
+    if dup.size == 0:
+        return ds
+    if warn:
+        import warnings
+
+        warnings.warn(DuplicateRunsWarning(
+            f"{dup.size} of {ds.sizes['run']} runs are exact copies of other runs (same labels, seed, "
+            f"run_index and statistics; first: run {int(dup[0])}); they are dropped, calibrating on "
+            f"{ds.sizes['run'] - dup.size} distinct runs"), stacklevel=3)
+    keep = np.setdiff1d(np.arange(ds.sizes["run"]), dup)
+    return ds.isel(run=keep)
 
 
 def concat(datasets: Iterable[xr.Dataset]) -> xr.Dataset:

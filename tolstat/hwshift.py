@@ -46,7 +46,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import uuid
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,13 +150,9 @@ class ShiftResult:
             p = Path(path)
             if not p.parent.exists():
                 raise FileNotFoundError(f"directory {os.fspath(p.parent)!r} does not exist")
-            tmp = p.with_name(f".{p.name}.tmp-{uuid.uuid4().hex[:8]}")
-            try:
-                tmp.write_text(text, encoding="utf-8")
-                os.replace(tmp, p)
-            finally:
-                if tmp.exists():
-                    tmp.unlink()
+            from ._util import atomic_write_text
+
+            atomic_write_text(p, text)
         return text
 
     def to_text(self) -> str:

@@ -70,9 +70,13 @@ def save(ds: xr.Dataset, path: str | os.PathLike[str], *, encoding: Mapping[str,
     pathlib.Path
         The destination path.
     """
+    if not isinstance(ds, xr.Dataset):
+        raise TypeError(f"save needs an error dataset (xarray.Dataset), got {type(ds).__name__}")
     dest = Path(path)
     fmt = format_for(dest)
     ds = validate(_plain(ds), deep=False)
+    if dest.is_dir() and not dest.is_symlink() and fmt == "netcdf":
+        raise ValueError(f"{os.fspath(dest)!r} is a directory; a netCDF dataset is a file")
     if not dest.parent.exists():
         raise FileNotFoundError(f"directory {os.fspath(dest.parent)!r} does not exist")
 
@@ -128,22 +132,60 @@ def open_errors(path: str | os.PathLike[str], chunks: Any = None) -> xr.Dataset:
     fmt = format_for(p)
     if not p.exists():
         raise FileNotFoundError(f"no error dataset at {os.fspath(p)!r}")
+    if fmt == "netcdf" and p.is_dir():
+        raise ValueError(f"{os.fspath(p)!r} is a directory, not a netCDF file")
+    if fmt == "zarr" and not p.is_dir():
+        raise ValueError(f"{os.fspath(p)!r} is a plain file, not a zarr store (a directory)")
     if isinstance(chunks, Mapping) and "sample" in chunks and chunks["sample"] not in (-1, None):
         raise ValueError("do not chunk along 'sample': estimators reduce over it (use -1)")
-    try:
-        if fmt == "netcdf":
-            ds = xr.open_dataset(p, engine="h5netcdf", chunks=chunks)
-        else:
-            _check_zarr_complete(p)
-            ds = xr.open_dataset(p, engine="zarr", chunks=chunks, consolidated=None)
-        if chunks is None:
-            ds = ds.load()
-            ds.close()
-    except (FileNotFoundError, PermissionError):
-        raise
-    except Exception as exc:
-        raise ValueError(
-            f"cannot read {os.fspath(p)!r} as a {fmt} error dataset "
-            f"(truncated or corrupt?): {type(exc).__name__}: {exc}"
-        ) from exc
+    for attempt in range(_RETRIES):
+        # a zarr dataset saved by tolstat is a link to an immutable version directory:
+        # read through the resolved version, and if a concurrent save removed it
+        # mid-read, read the new version (never a mix of the two)
+        real = p.resolve()
+        try:
+            ds = _read(real, fmt, chunks)
+            if fmt == "zarr" and chunks is None and not real.is_dir():
+                # the version was retired while we read it: some chunks may have been
+                # missing (read as fill values); read the current version again
+                raise _Retired(os.fspath(real))
+            break
+        except _Retired:
+            if attempt + 1 < _RETRIES:
+                continue
+            raise ValueError(f"{os.fspath(p)!r} was replaced {_RETRIES} times while being read; "
+                             "try again when the writers are done") from None
+        except (FileNotFoundError, PermissionError) as exc:
+            if attempt + 1 < _RETRIES and p.resolve() != real:
+                continue
+            if isinstance(exc, FileNotFoundError) and not p.exists():
+                raise
+            raise ValueError(f"cannot read {os.fspath(p)!r} as a {fmt} error dataset: "
+                             f"{type(exc).__name__}: {exc}") from exc
+        except Exception as exc:
+            if attempt + 1 < _RETRIES and p.resolve() != real:
+                continue
+            raise ValueError(
+                f"cannot read {os.fspath(p)!r} as a {fmt} error dataset "
+                f"(truncated or corrupt?): {type(exc).__name__}: {exc}"
+            ) from exc
     return validate(ds, source=os.fspath(p))
+
+
+_RETRIES = 8
+
+
+class _Retired(Exception):
+    """The version directory being read was retired by a concurrent save."""
+
+
+def _read(real: Path, fmt: str, chunks: Any) -> xr.Dataset:
+    if fmt == "netcdf":
+        ds = xr.open_dataset(real, engine="h5netcdf", chunks=chunks)
+    else:
+        _check_zarr_complete(real)
+        ds = xr.open_dataset(real, engine="zarr", chunks=chunks, consolidated=None)
+    if chunks is None:
+        ds = ds.load()
+        ds.close()
+    return ds

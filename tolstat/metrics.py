@@ -11,7 +11,7 @@ Definitions (also in ``docs/schema.md``):
 * relative error ``|d| / max(|expected|, rel_floor)``, with ``rel_floor`` by default the
   smallest positive normal number of the target dtype;
 * ULP distance in the *target* dtype: ``expected`` rounded to the target (round to
-  nearest even, clamped to the largest finite value), both mapped to the ordered integer
+  nearest even; a reference beyond the format's range is at infinite distance), mapped to the ordered integer
   line (``-0 == +0``), distance = absolute difference of the two integers — the logic of
   ``numpy.testing``'s ``nulp_diff``, computed by numba for every supported width.
 
@@ -28,6 +28,10 @@ import numba
 import numpy as np
 
 from ._dtypes import TargetDtype, target_dtype
+from ._validate import float_array
+from . import _numba_cache
+
+_numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
 __all__ = ["ErrorMetrics", "error_metrics", "ulp_distance", "as_array", "ordered_int"]
 
@@ -91,19 +95,7 @@ def _torch_to_numpy(t: Any) -> np.ndarray:
 
 
 def _check_float(a: np.ndarray, name: str) -> None:
-    kind = a.dtype.kind
-    if kind in "biu":
-        raise TypeError(
-            f"{name} has integer/bool dtype {a.dtype}: tolstat measures floating-point "
-            "rounding error; compare integer outputs exactly instead"
-        )
-    if kind == "c":
-        raise TypeError(
-            f"{name} has complex dtype {a.dtype}: complex outputs are not supported; "
-            "pass real and imaginary parts as separate checks"
-        )
-    if kind not in "fV" and a.dtype.name not in ("bfloat16",) and not a.dtype.name.startswith("float8"):
-        raise TypeError(f"{name} has unsupported dtype {a.dtype}")
+    float_array(name, a)
 
 
 def _to_float64(a: np.ndarray) -> np.ndarray:
@@ -200,7 +192,8 @@ def ulp_distance(actual: Any, expected: Any, dtype: Any) -> np.ndarray:
         Kernel output (any float dtype; rounded to ``dtype`` if not already in it).
     expected : array_like
         Reference (float64 or the target dtype); rounded to ``dtype`` with round to
-        nearest even, finite values clamped to the largest finite value.
+        nearest even. A finite reference that overflows the format (rounds beyond its
+        largest finite value) is at distance ``inf`` from every output.
     dtype : str or dtype
         The target dtype in which steps are counted.
 
@@ -214,6 +207,8 @@ def ulp_distance(actual: Any, expected: Any, dtype: Any) -> np.ndarray:
     td = target_dtype(dtype)
     a = as_array(actual, name="actual")
     e = as_array(expected, name="expected")
+    _check_float(a, "actual")
+    _check_float(e, "expected")
     if a.shape != e.shape:
         raise ValueError(f"shape mismatch: actual {a.shape} vs expected {e.shape}")
     a64 = _to_float64(a)
@@ -224,8 +219,34 @@ def ulp_distance(actual: Any, expected: Any, dtype: Any) -> np.ndarray:
     out = np.empty(a64.size, dtype=np.float64)
     _ulp_kernel(_bits(at, td), _bits(et, td), td.bits, out)
     out = out.reshape(a64.shape)
+    # a finite reference that rounds beyond the largest finite value of the format
+    # overflows: no finite output is within any number of ULPs of it (a saturated
+    # 65504 for an expected 1e6 in float16 is not 0 ULP)
+    out[_overflows(e64, td)] = np.inf
     _apply_nonfinite(out, a64, e64)
     return out
+
+
+def _overflows(e64: np.ndarray, td: TargetDtype) -> np.ndarray:
+    """Finite float64 values that round (nearest even) beyond ``td``'s largest finite value.
+
+    IEEE 754: the value is rounded as if the exponent range were unbounded; it overflows
+    when that result exceeds the largest finite value ``max``. The boundary is
+    ``max + ulp(max)/2``; a value exactly on it rounds to even, which is past ``max``
+    when ``max`` has an odd significand (all IEEE formats) and to ``max`` otherwise
+    (float8_e4m3fn, whose all-ones significand is NaN).
+    """
+    if td.name == "float64":
+        return np.zeros(e64.shape, dtype=bool)
+    fi = np.finfo(td.np_dtype) if td.name in ("float16", "float32") else _finfo_of(td)
+    p = int(fi.nmant) + 1
+    _, ex = np.frexp(np.float64(td.max))
+    half_ulp = float(np.ldexp(1.0, int(ex) - p - 1))
+    odd = bool(int(np.array(td.max, dtype=td.np_dtype).view(td.uint_dtype)) & 1)
+    edge = td.max + half_ulp
+    with np.errstate(invalid="ignore"):
+        mag = np.abs(e64)
+        return np.isfinite(e64) & ((mag > edge) | ((mag == edge) & odd))
 
 
 def _apply_nonfinite(out: np.ndarray, a64: np.ndarray, e64: np.ndarray) -> np.ndarray:

@@ -425,14 +425,22 @@ def run_statistics(
     else:
         out["op_row_rms_max"] = out["op_row_rms_mean"] = out["op_row_bias_max"] = math.nan
     if inv:
-        am, em, sm = (np.moveaxis(x, row_axis, -1) if x.ndim else x for x in (a, e, s))
-        if not finite.all():
-            am = np.where(np.moveaxis(finite, row_axis, -1) if finite.ndim else finite, am, em)
-        for k, fn in inv.items():
-            v = float(fn(am, em, sm))
-            if not (v >= 0):  # NaN or negative
-                raise ValueError(f"invariant {k!r} of op {op!r} returned {v!r}; it must be >= 0")
-            out[f"inv_{k}"] = v
+        out.update(_invariant_values(a, e, s, finite, row_axis, inv, op))
+    return out
+
+
+def _invariant_values(a: np.ndarray, e: np.ndarray, s: np.ndarray, finite: np.ndarray, row_axis: int,
+                      inv: dict[str, InvariantFn], op: str | None) -> dict[str, float]:
+    """``inv_<name>`` of each invariant (``s`` already 1 where ``finite`` is False)."""
+    out: dict[str, float] = {}
+    am, em, sm = (np.moveaxis(x, row_axis, -1) if x.ndim else x for x in (a, e, s))
+    if not finite.all():
+        am = np.where(np.moveaxis(finite, row_axis, -1) if finite.ndim else finite, am, em)
+    for k, fn in inv.items():
+        v = float(fn(am, em, sm))
+        if not (v >= 0):  # NaN or negative
+            raise ValueError(f"invariant {k!r} of op {op!r} returned {v!r}; it must be >= 0")
+        out[f"inv_{k}"] = v
     return out
 
 
@@ -479,9 +487,68 @@ def record_statistics(
     kw: dict[str, Any] = {"dtype": dtype, "magnitude": magnitude, "K": K,
                           "acc_dtype": acc_dtype, "row_axis": row_axis, "rowwise": rowwise,
                           "op": op}
+    fast = _record_fused(actual, expected, **kw)
+    if fast is not None:
+        return fast
     out = run_statistics(actual, expected, **kw)
     mid = run_statistics(actual, expected, c_mid=1.0, **kw)
     out.update({k + MID_SUFFIX: v for k, v in mid.items()})
+    return out
+
+
+def _record_fused(actual: Any, expected: Any, *, dtype: Any, magnitude: Any, K: float, acc_dtype: Any,
+                  row_axis: int, rowwise: bool, op: str | None) -> dict[str, float] | None:
+    """:func:`record_statistics` with both noise shapes in one numba pass
+    (:func:`tolstat._fused.op_statistics`); None where :func:`run_statistics` must run
+    (bad arguments, whose errors it raises, or an empty output). Equal to it up to the
+    rounding of the sums (sequential here, pairwise in numpy); maxima and counts exact."""
+    from ._fused import op_statistics
+
+    try:
+        a = _f64(actual, "actual")
+        e = _f64(expected, "expected")
+        if a.shape != e.shape or a.size == 0:
+            return None
+        td = target_dtype(dtype)
+        u_out, u_acc = unit_roundoff(td.name), unit_roundoff(acc_dtype)
+        k = _check_pos("K", K)
+        m = None
+        if magnitude is not None:
+            m = np.broadcast_to(np.abs(_f64(magnitude, "magnitude")), e.shape)
+        rows = bool(rowwise and a.ndim)
+        if rows and (not isinstance(row_axis, (int, np.integer)) or not -a.ndim <= row_axis < a.ndim):
+            return None
+    except (ValueError, TypeError):
+        return None
+    moved = [np.moveaxis(x, row_axis, -1) if rows else x for x in (a, e, m) if x is not None]
+    st, bad = op_statistics(moved[0], moved[1], moved[2] if m is not None else None,
+                            A=1.0 * u_out, B=1.0 * u_acc * math.sqrt(k),
+                            C=1.0 * u_out / math.sqrt(max(k, 1.0)), D=u_out * td.tiny, frac_k=FRAC_K,
+                            rowlen=a.shape[row_axis] if rows else None)
+    names = statistic_names(op)
+    inv = invariants(op)
+    n = a.size
+    out: dict[str, float] = {}
+    for j, suffix in ((0, ""), (1, MID_SUFFIX)):
+        if bad[j]:
+            out.update({nm + suffix: math.inf for nm in names})
+            continue
+        mx, s2, sa, sz, cnt, rms_max, rms_sum, bias_max = (float(v) for v in st[j])
+        vals = {"op_max": mx, "op_rms": math.sqrt(s2 / n), "op_mean": sa / n,
+                "op_bias": abs(sz / n) * math.sqrt(n), "op_frac": cnt / n}
+        if rows:
+            vals.update(op_row_rms_max=math.sqrt(rms_max), op_row_rms_mean=rms_sum / (n // a.shape[row_axis]),
+                        op_row_bias_max=bias_max)
+        else:
+            vals.update(op_row_rms_max=math.nan, op_row_rms_mean=math.nan, op_row_bias_max=math.nan)
+        if inv:
+            s = noise_scale(e, dtype=dtype, magnitude=magnitude, K=K, acc_dtype=acc_dtype, c_mid=float(j))
+            with np.errstate(invalid="ignore", over="ignore"):
+                finite = np.isfinite(a - e) & np.isfinite(s)
+            if not finite.all():
+                s = np.where(finite, s, 1.0)
+            vals.update(_invariant_values(a, e, s, finite, row_axis, inv, op))
+        out.update({nm + suffix: vals[nm] for nm in names})
     return out
 
 

@@ -5,7 +5,7 @@ tree that is not installed, name it with ``pytest -p tolstat.pytest_plugin`` (al
 harmless when installed). Usage guide: ``docs/plugin.md``.
 
 Options (command line, or ``[tool.tolstat]`` in the rootdir's ``pyproject.toml``)
---------------------------------------------------------------------------------
+---------------------------------------------------------------------------------
 ``--tolstat-table PATH`` / ``table = "..."``
     Tolerance table (``.json`` or ``.nc``); a relative ``pyproject.toml`` path is
     relative to the rootdir. Loaded once at startup: a missing, unreadable or invalid
@@ -53,7 +53,6 @@ import zlib
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
 import pytest
 
 __all__ = ["pytest_addoption", "pytest_configure", "TolstatSession", "suite_table"]
@@ -134,6 +133,8 @@ def suite_table(table: Any, suite_budget: float, n_checks: int) -> Any:
     ValueError
         Bad ``suite_budget`` or ``n_checks``, or a budget larger than the table's.
     """
+    import numpy as np
+
     from .bounds import split_budget
     from .selection import calibrate
 
@@ -264,6 +265,8 @@ class TolstatSession:
     def record(self, actual: Any, expected: Any, *, op: str, dtype: str, nodeid: str,
                covariates: Mapping[str, Any] | None) -> None:
         """Keep the error summary of a passing check (deterministic for a given test and call)."""
+        import numpy as np  # here, not at module level: pytest start-up stays light
+
         from .dataset import summarize_run
         from .metrics import error_metrics
 
@@ -300,7 +303,8 @@ class TolstatSession:
         from .merge import merge_records
 
         dss = [self._dataset()] if self.records else []
-        parts = sorted(Path(self.parts_dir).glob("*.nc")) if self.parts_dir else []
+        parts = sorted(p for p in Path(self.parts_dir).glob("*.nc")  # not temporaries of killed workers
+                       if not p.name.startswith(".")) if self.parts_dir else []
         opened = [open_errors(p).load() for p in parts]
         dss += opened
         out = None

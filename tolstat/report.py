@@ -75,13 +75,20 @@ def write_report(results_dir: str | os.PathLike[str]) -> Path:
         If ``results.json`` is not an evaluation result.
     """
     d = Path(results_dir)
+    if d.is_file():  # the results.json itself
+        d = d.parent
     src = d / "results.json"
     if not src.exists():
         raise FileNotFoundError(f"no results.json in {os.fspath(d)!r}: run 'tolstat evaluate' first")
-    try:
-        doc = json.loads(src.read_text())
-        doc["summary"], doc["config"]
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{os.fspath(src)!r} is not a tolstat evaluation result: {exc}") from exc
     plots = sorted(p.name for p in d.glob("*.png"))
-    return atomic_write_text(d / "report.md", markdown_report(doc, plots))
+    try:
+        doc = json.loads(src.read_text(encoding="utf-8"))
+        if not isinstance(doc, dict):
+            raise TypeError(f"top level is a {type(doc).__name__}, not an object")
+        text = markdown_report(doc, plots)
+    except RecursionError:
+        raise ValueError(f"{os.fspath(src)!r} is not a tolstat evaluation result: nested too deeply") from None
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+        what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+        raise ValueError(f"{os.fspath(src)!r} is not a tolstat evaluation result ({what})") from exc
+    return atomic_write_text(d / "report.md", text)

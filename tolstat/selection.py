@@ -35,6 +35,7 @@ from typing import Any, Sequence
 import numpy as np
 import xarray as xr
 
+from . import _validate
 from ._util import ANY, GROUP_DIMS, group_rows
 from ._util import unit_interval as _unit
 from ._version import __version__
@@ -49,7 +50,7 @@ from .bounds import (
     tail_fit,
     tail_threshold,
 )
-from .dataset import validate
+from .dataset import drop_duplicate_runs, validate
 from .estimators.orderstat import order_statistic_min_n
 from .scale import FORMS, ScaleOptions
 from .statistics import MAX_STATISTICS, STATISTICS
@@ -135,7 +136,9 @@ def calibrate(
     ValueError
         Bad budget/confidence/method, empty/NaN/negative/infinite scores.
     """
-    a = _unit("fp_budget", budget)
+    # the budget of one statistic: a table's fp_budget (>= MIN_BUDGET) split over its
+    # statistics, so down to MIN_BUDGET / 8
+    a = _validate.budget("budget", budget, lo=_validate.MIN_BUDGET / 8)
     g = _unit("confidence", confidence)
     if method not in SELECT_METHODS:
         raise ValueError(f"method must be one of {SELECT_METHODS}, got {method!r}")
@@ -266,7 +269,7 @@ def select(
     if not isinstance(scale, ScaleOptions) or not isinstance(tail, TailOptions):
         raise TypeError(f"scale must be a ScaleOptions and tail a TailOptions, got {type(scale).__name__} "
                         f"and {type(tail).__name__}")
-    ds = validate(errors_or_fit)
+    ds = drop_duplicate_runs(validate(errors_or_fit))
     keys, inv = _group_keys(ds, plan.by)
     groups = [_select_group(ds.isel(run=np.flatnonzero(inv == gi)), key, plan, scale, tail, seed)
               for gi, key in enumerate(keys)]
@@ -306,7 +309,7 @@ class _Plan:
 
 def _plan(ds: Any, fp_budget: float, confidence: float, method: str, statistic: str | Sequence[str],
           form: str | None, by: Sequence[str], budget_split: str, on_error: str) -> _Plan:
-    a = _unit("fp_budget", fp_budget)
+    a = _validate.budget("fp_budget", fp_budget)
     g = _unit("confidence", confidence)
     if method not in SELECT_METHODS:
         raise ValueError(f"method must be one of {SELECT_METHODS}, got {method!r}")

@@ -1,19 +1,20 @@
 """Streaming, resumable collection into a zarr store (for collections too large for memory).
 
 :func:`collect_to_store` does what :func:`tolstat.collect` does, but writes every run to a
-zarr store (``zarr_format=2``) as soon as it is measured, so memory stays bounded and a
-crash loses at most the run in flight: re-running with the same arguments continues where
+zarr store (``zarr_format=2``) in blocks of consecutive runs (at most ``min(chunk_runs,
+256)`` runs, or what was measured in one second), so memory stays bounded and a crash
+loses at most the runs of the block in flight: re-running with the same arguments continues where
 the collection stopped, without duplicating runs (a run is identified by
 ``(op, dtype, seed, run_index)``; run ``i`` always uses ``default_rng([seed, i])``).
 
 Store layout
 ------------
 The store is an ordinary error dataset (``docs/schema.md``) pre-allocated for ``runs`` runs
-(the ``sample`` dimension padded to ``sample_size``), written run by run into its region.
+(the ``sample`` dimension padded to ``sample_size``), written block by block into its region.
 Every zarr chunk write is atomic (write to a temporary file, rename), so a killed process
 never leaves a torn chunk. Next to the arrays, the zarr sub-group ``tolstat_stream`` holds
 the collection's arguments (attribute ``manifest``) and ``done.log``: one JSON line per
-completed run with its string labels, appended (and fsync'ed) only after all of the run's
+completed run with its string labels, appended (and fsync'ed) only after all of the block's
 arrays are written. A run is done exactly when its line is in the log. When all runs are
 done the store is *finalized*: string labels are written from the log, the ``sample``
 dimension is trimmed as :func:`tolstat.dataset.build_dataset` trims it, provenance is set
@@ -32,7 +33,7 @@ import datetime as _dt
 import json
 import os
 import shutil
-import uuid
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,8 @@ from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
 from ._dtypes import canonical_dtype
+from ._util import _tmp_path, clean_stale, remove_tree
+from ._validate import code_fingerprint
 from ._version import __version__
 from ._runs import _as_inputs, _merged, _name, _provenance, _record, hardware_fingerprint
 from .dataset import BUILTIN_COVARIATES, DEFAULT_SAMPLE_SIZE, RUN_STATS, SAMPLE_VARS, RunRecord, build_dataset, _label_value
@@ -56,7 +59,8 @@ LOG = "done.log"
 MANIFEST_VERSION = 1
 #: manifest keys that must match for a resume
 IDENTITY = ("op", "dtype", "seed", "runs", "hardware", "labels", "covariates", "sample_size",
-            "rel_floor", "allow_nan", "kernel", "reference", "make_inputs")
+            "rel_floor", "allow_nan", "kernel", "reference", "make_inputs",
+            "kernel_code", "reference_code", "make_inputs_code")
 STRING_LABELS = ("op", "dtype", "hardware", "platform", "shape")
 
 
@@ -96,6 +100,9 @@ def _manifest(*, op: str, dtype: str, seed: int, runs: int, hardware: str,
         "rel_floor": None if rel_floor is None else float(rel_floor),
         "allow_nan": bool(allow_nan),
         "kernel": _name(kernel), "reference": _name(reference), "make_inputs": _name(make_inputs),
+        # identity by code, not by name: a kernel whose body changed is another kernel
+        "kernel_code": code_fingerprint(kernel), "reference_code": code_fingerprint(reference),
+        "make_inputs_code": code_fingerprint(make_inputs),
         "chunk_runs": int(chunk_runs),
         "complete": False,
     }
@@ -129,7 +136,16 @@ def _zarr_group(path: Path, mode: str = "r+") -> Any:
 def _arrays(group: Any) -> dict[str, Any]:
     """The group's arrays, configured to write every chunk (also all-fill-value ones), so
     that :func:`tolstat.open_errors` finds no missing chunk."""
-    return {name: arr.with_config({"write_empty_chunks": True}) for name, arr in group.arrays()}
+    import zarr
+
+    with zarr.config.set({"array.write_empty_chunks": True}):  # zarr < 3.1.3: config at open
+        arrays = dict(group.arrays())
+    return {name: _write_empty(arr) for name, arr in arrays.items()}
+
+
+def _write_empty(arr: Any) -> Any:
+    with_config = getattr(arr, "with_config", None)
+    return with_config({"write_empty_chunks": True}) if with_config is not None else arr
 
 
 def _read_manifest(store: Path) -> dict[str, Any]:
@@ -164,8 +180,10 @@ def _read_log(store: Path) -> dict[int, dict[str, str]]:
     return out
 
 
-def _append_log(store: Path, i: int, labels: Mapping[str, str]) -> None:
-    line = json.dumps({"i": int(i), "labels": dict(labels)}, separators=(",", ":")) + "\n"
+def _append_log(store: Path, done: list[tuple[int, Mapping[str, str]]]) -> None:
+    """Append one line per completed run (after its data are written) and fsync once."""
+    text = "".join(json.dumps({"i": int(i), "labels": dict(lab)}, separators=(",", ":")) + "\n"
+                   for i, lab in done)
     p = store / SIDE / LOG
     with open(p, "rb+" if p.exists() else "wb") as fh:
         # a torn line left by a crash is terminated first, so that it stays unparseable alone
@@ -174,7 +192,7 @@ def _append_log(store: Path, i: int, labels: Mapping[str, str]) -> None:
             fh.seek(-1, os.SEEK_END)
             if fh.read(1) != b"\n":
                 fh.write(b"\n")
-        fh.write(line.encode("utf-8"))
+        fh.write(text.encode("utf-8"))
         fh.flush()
         os.fsync(fh.fileno())
 
@@ -207,7 +225,8 @@ def _create_store(store: Path, rec0: RunRecord, manifest: dict[str, Any]) -> Non
         if var.dims and var.dims[0] == "run":
             first = srun if "sample" in var.dims else min(runs, 8 * crun)
             enc[str(name)] = {"chunks": (first,) + tuple(var.shape[1:])}
-    tmp = store.with_name(f".{store.name}.tmp-{uuid.uuid4().hex[:8]}")
+    clean_stale(store)  # pre-allocated copies of killed creators
+    tmp = _tmp_path(store)
     try:
         ds.to_zarr(tmp, mode="w-", zarr_format=2, consolidated=False, encoding=enc,
                    write_empty_chunks=True)
@@ -223,8 +242,7 @@ def _create_store(store: Path, rec0: RunRecord, manifest: dict[str, Any]) -> Non
         raise
 
 
-def _write_run(arrays: Mapping[str, Any], i: int, rec: RunRecord, size: int,
-               label_keys: list[str], cov_keys: list[str]) -> None:
+def _check_run(i: int, rec: RunRecord, size: int, label_keys: list[str], cov_keys: list[str]) -> None:
     if set(rec.labels) != set(label_keys):
         raise ValueError(f"run {i} has labels {sorted(rec.labels)} but the store has "
                          f"{sorted(label_keys)}: every run of a dataset needs the same label names")
@@ -234,18 +252,28 @@ def _write_run(arrays: Mapping[str, Any], i: int, rec: RunRecord, size: int,
     n = len(rec.samples["sample_abs"])
     if n > size:
         raise ValueError(f"run {i} has {n} samples, more than sample_size={size}")
+
+
+def _write_block(arrays: Mapping[str, Any], block: list[tuple[int, RunRecord]], size: int,
+                 cov_keys: list[str]) -> None:
+    """Write consecutive runs ``block`` (checked by :func:`_check_run`) with one zarr write per array."""
+    i0, m = block[0][0], len(block)
+    recs = [r for _, r in block]
+    sl = slice(i0, i0 + m)
     for name in SAMPLE_VARS:
-        row = np.full(size, np.nan)
-        row[:n] = rec.samples[name]
-        arrays[name][i, :] = row
-    arrays["abs_quantile"][i, :] = rec.quantiles
+        rows = np.full((m, size), np.nan)
+        for j, rec in enumerate(recs):
+            v = rec.samples[name]
+            rows[j, :len(v)] = v
+        arrays[name][sl, :] = rows
+    arrays["abs_quantile"][sl, :] = np.stack([np.asarray(r.quantiles) for r in recs])
     for name in RUN_STATS:
-        arrays[name][i] = rec.stats[name]
+        arrays[name][sl] = np.array([r.stats[name] for r in recs])
     for name in cov_keys:
-        arrays[name][i] = rec.covariates[name]
-    arrays["n_sample"][i] = n
-    arrays["seed"][i] = rec.seed
-    arrays["run_index"][i] = rec.run_index
+        arrays[name][sl] = np.array([r.covariates[name] for r in recs])
+    arrays["n_sample"][sl] = np.array([len(r.samples["sample_abs"]) for r in recs])
+    arrays["seed"][sl] = np.array([r.seed for r in recs])
+    arrays["run_index"][sl] = np.array([r.run_index for r in recs])
 
 
 def _finalize(store: Path, manifest: dict[str, Any], log: Mapping[int, Mapping[str, str]]) -> None:
@@ -259,10 +287,11 @@ def _finalize(store: Path, manifest: dict[str, Any], log: Mapping[int, Mapping[s
     for name in list(STRING_LABELS) + label_names:
         values = np.array([log[i][name] for i in range(runs)], dtype=str)
         old = arrays[name]
-        new = g.create_array(name, shape=values.shape, dtype=values.dtype,
-                             chunks=old.chunks, overwrite=True,
-                             attributes={"_ARRAY_DIMENSIONS": ["run"]})
-        new.with_config({"write_empty_chunks": True})[:] = values
+        with zarr.config.set({"array.write_empty_chunks": True}):
+            new = g.create_array(name, shape=values.shape, dtype=values.dtype,
+                                 chunks=old.chunks, overwrite=True,
+                                 attributes={"_ARRAY_DIMENSIONS": ["run"]})
+        _write_empty(new)[:] = values
     n_sample = np.asarray(arrays["n_sample"][:])
     k = min(int(manifest["sample_size"]), max(int(n_sample.max()), 1))
     for name in SAMPLE_VARS:
@@ -401,11 +430,13 @@ def _check_store_args(kernel: Any, reference: Any, make_inputs: Any, runs: Any, 
 def _open_or_create(path: Path, manifest: dict[str, Any], overwrite: bool,
                     measure: Callable[[int], RunRecord]) -> tuple[dict[str, Any], RunRecord | None]:
     """Resume a store made with the same arguments, or create it from run 0 (returned)."""
-    if overwrite and path.exists():
-        shutil.rmtree(path)
+    if overwrite and (path.exists() or path.is_symlink()):
+        remove_tree(path)
     if path.exists():
         old = _read_manifest(path)
-        diff = [f"{key}: store has {old.get(key)!r}, call has {manifest[key]!r}"
+        diff = [(f"{key[:-5]}: the code of {manifest[key[:-5]]!r} differs from the one the store "
+                 f"was collected with (code hash {old.get(key)!r} vs {manifest[key]!r})")
+                if key.endswith("_code") else f"{key}: store has {old.get(key)!r}, call has {manifest[key]!r}"
                 for key in IDENTITY if old.get(key) != manifest[key]]
         if diff:
             raise ValueError(
@@ -420,21 +451,49 @@ def _open_or_create(path: Path, manifest: dict[str, Any], overwrite: bool,
     return manifest, first
 
 
+#: runs measured before one block write (at most ``chunk_runs``), and the longest a
+#: measured run waits for its write: a crash loses at most the runs of one block
+BLOCK_RUNS = 256
+FLUSH_SECONDS = 1.0
+
+
 def _write_runs(path: Path, manifest: Mapping[str, Any], log: dict[int, dict[str, str]], todo: Any,
                 first: RunRecord | None, measure: Callable[[int], RunRecord]) -> None:
-    """Measure and write the runs ``todo`` (run 0 may already be measured: ``first``)."""
+    """Measure the runs ``todo`` (run 0 may already be measured: ``first``) and write them
+    in blocks of consecutive runs: one zarr write per array and one log append (fsync'ed
+    after the data) per block. Runs measured before an exception are written first."""
     g = _zarr_group(path)
     arrays = _arrays(g)
     label_keys = [x for x in str(g.attrs.get("labels", "")).split(",") if x]
     cov_keys = [x for x in str(g.attrs.get("covariates", "")).split(",") if x
                 and x not in BUILTIN_COVARIATES]
     size = int(manifest["sample_size"])
-    for i in todo:
-        rec = first if (i == 0 and first is not None) else measure(i)
-        _write_run(arrays, i, rec, size, label_keys, cov_keys)
-        lab = _string_labels(rec)
-        _append_log(path, i, lab)
-        log[i] = lab
+    limit = max(1, min(BLOCK_RUNS, int(manifest.get("chunk_runs", BLOCK_RUNS))))
+    buf: list[tuple[int, RunRecord]] = []
+    last = time.monotonic()
+
+    def flush() -> None:
+        start = 0
+        for k in range(1, len(buf) + 1):  # consecutive run indices share one write
+            if k == len(buf) or buf[k][0] != buf[k - 1][0] + 1:
+                _write_block(arrays, buf[start:k], size, cov_keys)
+                start = k
+        labs = [(i, _string_labels(rec)) for i, rec in buf]
+        _append_log(path, labs)
+        log.update(labs)
+        buf.clear()
+
+    try:
+        for i in todo:
+            rec = first if (i == 0 and first is not None) else measure(i)
+            _check_run(i, rec, size, label_keys, cov_keys)
+            buf.append((i, rec))
+            if len(buf) >= limit or time.monotonic() - last >= FLUSH_SECONDS:
+                flush()
+                last = time.monotonic()
+    finally:
+        if buf:
+            flush()
 
 
 def store_progress(store: str | os.PathLike[str]) -> StoreProgress:

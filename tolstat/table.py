@@ -19,6 +19,7 @@ import numpy as np
 import xarray as xr
 
 from ._dtypes import canonical_dtype
+from . import _validate
 from ._util import ANY, atomic_write, atomic_write_text
 from ._version import __version__
 from .scale import ScaleModel
@@ -95,12 +96,15 @@ class ToleranceEntry:
         Raises
         ------
         ValueError
-            ``max_ulp`` or a baseline-relative scale (no allclose form), or missing
-            covariates.
+            ``max_ulp`` or a baseline-relative scale (no allclose form), missing
+            covariates, or a NaN/inf covariate.
+        TypeError
+            A covariate that is not a real number.
         """
         name = self.max_statistic
+        cov = _validate.covariates(covariates)  # finite numbers only: K=inf would switch it off
         return get_statistic(name).allclose_pair(self.statistics[name].threshold, self.dtype, self.scale,
-                                                 covariates)
+                                                 cov)
 
 
 def _f(v: Any) -> Any:
@@ -112,7 +116,127 @@ def _f(v: Any) -> Any:
 
 
 def _uf(v: Any) -> float:
-    return float(v)  # float("inf"), float("nan") parse the string forms
+    """A number from JSON: numbers and the strings ``"inf"``/``"nan"`` written by :func:`_f`."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str, np.integer, np.floating)):
+        raise ValueError(f"expected a number, got {v!r} ({type(v).__name__})")
+    try:
+        return float(v)  # float("inf"), float("nan") parse the string forms
+    except ValueError:
+        raise ValueError(f"expected a number, got {v!r}") from None
+
+
+def _check_group_keys(groups: Sequence[Any], statistics: list[str]) -> None:
+    """Every group of the JSON layout has the keys a table needs (clear error otherwise)."""
+    for i, g in enumerate(groups):
+        if not isinstance(g, Mapping):
+            raise ValueError(f"table group {i} must be an object, got {type(g).__name__}")
+        for k in ("op", "dtype", "hardware", "n", "statistics"):
+            if k not in g:
+                raise ValueError(f"table group {i} has no {k!r}")
+        for k in ("op", "dtype", "hardware"):  # before numpy strings drop a trailing NUL
+            _validate.label_value(f"table group {i} {k}", g[k])
+        for st in statistics:
+            if not isinstance(g["statistics"], Mapping) or st not in g["statistics"]:
+                raise ValueError(f"table group {i} ({g['op']}, {g['dtype']}, {g['hardware']}) has no "
+                                 f"entry for statistic {st!r}")
+            for k in ("threshold", "estimate", "budget", "confidence", "method", "reason"):
+                if k not in g["statistics"][st]:
+                    raise ValueError(f"table group {i} statistic {st!r} has no {k!r}")
+
+
+_NUM_SCALE = ("atol", "rtol", "unit", "floor")
+
+
+def check_table_data(d: xr.Dataset, source: str | None = None) -> None:
+    """Validate a table's values, so that no typo or edit can switch a check off.
+
+    Checks: the variables and attributes exist; ``fp_budget`` in [1e-9, 0.5] and
+    ``confidence`` in (0, 1); every statistic known; per statistic, a threshold that
+    is finite and >= 0 (or NaN: a refused group, whose lookup raises), a budget and confidence in
+    (0, 1); ``n >= 1``; scale parameters finite and ``atol, rtol >= 0``; labels free of
+    control characters; no duplicate (op, dtype, hardware) group.
+
+    Raises
+    ------
+    ValueError
+        Naming the table (``source``), the group, the field, the value and what is allowed.
+    """
+    where = f" {source!r}" if source else ""
+
+    def fail(msg: str) -> None:
+        raise ValueError(f"invalid tolerance table{where}: {msg}")
+
+    need = ("threshold", "estimate", "budget", "stat_confidence", "method", "reason", "n", "scale_json",
+            "op", "dtype", "hardware", "statistic")
+    missing = [v for v in need if v not in d.variables]
+    if missing:
+        fail(f"missing variable(s) {missing}")
+    for a in ("fp_budget", "confidence", "statistics"):
+        if a not in d.attrs:
+            fail(f"missing attribute {a!r}")
+    try:
+        _validate.budget("fp_budget", d.attrs["fp_budget"])
+        _validate.unit_interval("confidence", d.attrs["confidence"])
+    except ValueError as exc:
+        fail(str(exc))
+    from .statistics import REGISTRY
+
+    stats = [str(x) for x in d["statistic"].values]
+    unknown = [x for x in stats if x not in REGISTRY]
+    if unknown:
+        fail(f"unknown statistic(s) {unknown}; known: {sorted(REGISTRY)}")
+    groups = list(zip(*(map(str, d[k].values) for k in ("op", "dtype", "hardware"))))
+    if len(set(groups)) != len(groups):
+        dup = sorted({g for g in groups if groups.count(g) > 1})
+        fail(f"duplicate (op, dtype, hardware) groups {dup}")
+    for g in groups:
+        for label, v in zip(("op", "dtype", "hardware"), g):
+            try:
+                _validate.label_value(label, v)
+            except ValueError as exc:
+                fail(str(exc))
+    thr = np.asarray(d["threshold"].values, dtype=np.float64)
+    for (i, j), t in np.ndenumerate(thr):
+        t = float(t)
+        name = f"group {groups[i]} statistic {stats[j]!r}"
+        if math.isnan(t):  # a refused group: looking it up raises (KeyError with the reason)
+            continue
+        if not math.isfinite(t) or t < 0:
+            fail(f"{name}: threshold must be a finite number >= 0, got {t!r}")
+        for var, label in (("budget", "budget"), ("stat_confidence", "confidence")):
+            v = float(d[var].values[i, j])
+            if not (0.0 < v < 1.0):
+                fail(f"{name}: {label} must lie in (0, 1), got {v!r}")
+    n = np.asarray(d["n"].values)
+    if n.dtype.kind not in "iu" or (n < 1).any():
+        fail(f"'n' (calibration runs) must be integers >= 1, got {n.tolist()[:5]}")
+    for i, sj in enumerate(map(str, d["scale_json"].values)):
+        if sj:
+            _check_scale(sj, f"group {groups[i]}", fail)
+
+
+def _check_scale(sj: str, name: str, fail: Any) -> None:
+    try:
+        sd = json.loads(sj)
+    except (ValueError, RecursionError) as exc:
+        fail(f"{name}: scale model is not valid JSON ({type(exc).__name__})")
+    if not isinstance(sd, dict) or "form" not in sd:
+        fail(f"{name}: scale model must be an object with a 'form'")
+    nums = [(k, sd.get(k)) for k in _NUM_SCALE if k in sd]
+    nums += [(f"linear[{k!r}]", v) for k, v in dict(sd.get("linear") or {}).items()]
+    for k, v in dict(sd.get("power") or {}).items():
+        if not isinstance(v, (list, tuple)) or len(v) != 2:
+            fail(f"{name}: scale power[{k!r}] must be [exponent, reference], got {v!r}")
+        nums += [(f"power[{k!r}][0]", v[0]), (f"power[{k!r}][1]", v[1])]
+    for k, v in nums:
+        try:
+            f = _uf(v)
+        except ValueError as exc:
+            fail(f"{name}: scale {k}: {exc}")
+        if not math.isfinite(f):
+            fail(f"{name}: scale {k} must be finite, got {v!r}")
+        if k in ("atol", "rtol", "unit", "floor") and f < 0:
+            fail(f"{name}: scale {k} must be >= 0, got {v!r}")
 
 
 class ToleranceTable:
@@ -133,19 +257,39 @@ class ToleranceTable:
     groups available.
     """
 
-    def __init__(self, data: xr.Dataset):
-        if int(data.attrs.get("tolstat_table", -1)) != TABLE_SCHEMA:
-            raise ValueError(f"not a tolstat tolerance table (schema {data.attrs.get('tolstat_table')!r}, "
+    def __init__(self, data: xr.Dataset, *, source: str | None = None):
+        if not isinstance(data, xr.Dataset):
+            raise TypeError(f"ToleranceTable needs an xarray.Dataset, got {type(data).__name__}")
+        schema = data.attrs.get("tolstat_table", None)
+        try:
+            ok = int(schema) == TABLE_SCHEMA
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"not a tolstat tolerance table (schema {schema!r}, "
                              f"expected {TABLE_SCHEMA})")
+        check_table_data(data, source)
         self.data = data
 
     # ---- construction
     @classmethod
     def from_groups(cls, groups: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> "ToleranceTable":
         """Build from group dicts (the JSON layout) and table metadata."""
-        if not groups:
-            raise ValueError("a tolerance table needs at least one group")
-        statistics = list(meta["statistics"])
+        try:
+            return cls._from_groups(groups, meta)
+        except (KeyError, TypeError, AttributeError, IndexError) as exc:
+            what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+            raise ValueError(f"malformed tolerance table: {what} (see docs/selection.md for the layout)") from exc
+
+    @classmethod
+    def _from_groups(cls, groups: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> "ToleranceTable":
+        if not isinstance(groups, Sequence) or isinstance(groups, str) or not groups:
+            raise ValueError("a tolerance table needs a non-empty list of groups")
+        statistics = meta["statistics"]
+        if isinstance(statistics, str) or not isinstance(statistics, Sequence) or not statistics:
+            raise ValueError(f"table 'statistics' must be a non-empty list of names, got {statistics!r}")
+        statistics = [str(x) for x in statistics]
+        _check_group_keys(groups, statistics)
         G, S = len(groups), len(statistics)
         K = max(1, max(len(g["statistics"][s].get("top_scores", [])) for g in groups for s in statistics))
         f64 = lambda: np.full((G, S), np.nan)  # noqa: E731
@@ -181,8 +325,8 @@ class ToleranceTable:
                 "reason": (("group", "statistic"), reas.astype(str)),
                 **{f"tail_{k}": (("group", "statistic"), v) for k, v in tails.items()},
                 "top_scores": (("group", "statistic", "rank"), top),
-                "scale_atol": (gdim, np.array([_uf(s["atol"]) if s else np.nan for s in scales])),
-                "scale_rtol": (gdim, np.array([_uf(s["rtol"]) if s else np.nan for s in scales])),
+                "scale_atol": (gdim, np.array([_uf(s.get("atol", 0.0)) if s else np.nan for s in scales])),
+                "scale_rtol": (gdim, np.array([_uf(s.get("rtol", 0.0)) if s else np.nan for s in scales])),
                 "scale_json": (gdim, np.array([json.dumps(s, sort_keys=True) if s else "" for s in scales],
                                               dtype=str)),
             },
@@ -438,32 +582,61 @@ class ToleranceTable:
 def load_table(path: str | os.PathLike[str]) -> ToleranceTable:
     """Read a table written by :meth:`ToleranceTable.to_json` or :meth:`~ToleranceTable.to_netcdf`.
 
+    Every value is validated (:func:`check_table_data`): a table that could switch a
+    check off (an infinite or negative threshold, a budget out of range, an unknown
+    statistic, ...) is refused.
+
     Raises
     ------
     FileNotFoundError
         No such file.
     ValueError
-        Not a tolstat table, or an unsupported schema version.
+        A directory, an unknown extension, unreadable/truncated/corrupt content, not a
+        tolstat table, an unsupported schema version, or an invalid value; the message
+        names the file and the problem.
     """
     p = Path(path)
+    src = os.fspath(p)
     if not p.exists():
-        raise FileNotFoundError(f"no tolerance table at {os.fspath(p)!r}")
-    if p.suffix.lower() == ".json":
-        try:
-            d = json.loads(p.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{os.fspath(p)!r} is not valid JSON: {exc}") from exc
-        if not isinstance(d, dict) or "tolstat_table" not in d:
-            raise ValueError(f"{os.fspath(p)!r} is not a tolstat tolerance table")
-        if int(d["tolstat_table"]) != TABLE_SCHEMA:
-            raise ValueError(f"{os.fspath(p)!r}: table schema {d['tolstat_table']} is not supported "
-                             f"(this tolstat reads {TABLE_SCHEMA})")
-        if isinstance(d.get("volatile"), dict):  # reviewable layout (tolstat.review): keep it
-            d["provenance"] = {**d.get("provenance", {}), "volatile": d["volatile"]}
-        return ToleranceTable.from_groups(d["groups"], d)
-    ds = xr.open_dataset(p, engine="h5netcdf").load()
-    ds.close()
+        raise FileNotFoundError(f"no tolerance table at {src!r}")
+    if p.is_dir():
+        raise ValueError(f"{src!r} is a directory, not a tolerance table file (.json or .nc)")
+    suffix = p.suffix.lower()
+    if suffix == ".json":
+        return _load_json(p, src)
+    if suffix not in (".nc", ".nc4", ".h5", ".netcdf"):
+        raise ValueError(f"{src!r}: a tolerance table ends in .json or .nc, got {p.suffix!r}")
+    try:
+        ds = xr.open_dataset(p, engine="h5netcdf").load()
+        ds.close()
+    except Exception as exc:  # h5py/h5netcdf raise OSError, ValueError, KeyError...
+        raise ValueError(f"cannot read {src!r} as a netCDF tolerance table (truncated or corrupt?): "
+                         f"{type(exc).__name__}: {exc}") from exc
     for v in ("op", "dtype", "hardware", "statistic", "method", "reason", "scale_json"):
         if v in ds.variables and ds[v].dtype.kind == "O":
             ds[v] = ds[v].astype(str)
-    return ToleranceTable(ds)
+    return ToleranceTable(ds, source=src)
+
+
+def _load_json(p: Path, src: str) -> ToleranceTable:
+    try:
+        d = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{src!r} is not valid JSON (truncated?): {exc}") from exc
+    except RecursionError:
+        raise ValueError(f"{src!r} is nested too deeply to be a tolerance table") from None
+    if not isinstance(d, dict) or "tolstat_table" not in d:
+        raise ValueError(f"{src!r} is not a tolstat tolerance table (no 'tolstat_table' key)")
+    if d["tolstat_table"] != TABLE_SCHEMA:
+        raise ValueError(f"{src!r}: table schema {d['tolstat_table']!r} is not supported "
+                         f"(this tolstat reads {TABLE_SCHEMA})")
+    for k in ("groups", "fp_budget", "confidence", "statistics"):
+        if k not in d:
+            raise ValueError(f"{src!r}: missing key {k!r}")
+    if isinstance(d.get("volatile"), dict):  # reviewable layout (tolstat.review): keep it
+        prov = d.get("provenance", {})
+        d["provenance"] = {**(prov if isinstance(prov, dict) else {}), "volatile": d["volatile"]}
+    try:
+        return ToleranceTable.from_groups(d["groups"], d)
+    except ValueError as exc:
+        raise ValueError(f"{src!r}: {exc}") from exc

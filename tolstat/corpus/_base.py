@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import ml_dtypes
 import numpy as np
@@ -451,15 +451,23 @@ def cases(op: str, dtype: str, *, n: int, seed: int, quick: bool = False) -> lis
     -------
     list of Case
     """
+    return list(iter_cases(op, dtype, n=n, seed=seed, quick=quick))
+
+
+def iter_cases(op: str, dtype: str, *, n: int, seed: int, quick: bool = False) -> Iterator[Case]:
+    """:func:`cases` one at a time (each case's inputs are made when it is reached), for
+    loops that need not hold every case's inputs at once."""
     np_dtype(dtype)
     if op not in OPS:
         raise KeyError(f"unknown op {op!r}; known: {sorted(OPS)}")
     g = grid(op, quick)
-    out = []
-    for i in range(int(n)):
-        dims, dist, scale = g[i % len(g)]
-        out.append(make_case(op, dims, dist, scale, _case_seed(op, seed, i)))
-    return out
+
+    def gen() -> Iterator[Case]:
+        for i in range(int(n)):
+            dims, dist, scale = g[i % len(g)]
+            yield make_case(op, dims, dist, scale, _case_seed(op, seed, i))
+
+    return gen()
 
 
 def run_kernel(kernel: Kernel, case: Case, dtype: str) -> np.ndarray:

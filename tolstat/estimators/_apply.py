@@ -19,6 +19,9 @@ from . import bootstrap as _bs
 from . import evt as _evt
 from . import orderstat as _os
 from . import quantile as _q
+from .. import _numba_cache
+
+_numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
 __all__ = ["fit", "group_values", "METHODS", "FIT_STATISTICS"]
 

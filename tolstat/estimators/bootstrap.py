@@ -39,6 +39,9 @@ from scipy import special
 from .._util import unit_interval as _unit
 from .evt import _gpd_mle_core, _pot_core, _return_level
 from .quantile import QUANTILE_METHODS, quantile as _quantile
+from .. import _numba_cache
+
+_numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
 __all__ = [
     "BootstrapResult",

@@ -66,6 +66,9 @@ from .quantile import (
     _radix_refine,
     _radix_select,
 )
+from .. import _numba_cache
+
+_numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
 __all__ = [
     "GPDFit",

@@ -19,6 +19,9 @@ import math
 import numba
 import numpy as np
 from numba import njit, prange
+from .. import _numba_cache
+
+_numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
 __all__ = [
     "QUANTILE_METHODS",

@@ -1,0 +1,147 @@
+"""The fast check path (one fused pass) gives the CheckResult of the general path."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tolstat
+from tolstat._fastcheck import cached_entry, fast_check
+from tolstat._fused import decode_table, fused_max
+from tolstat.checks import check_metrics
+from tolstat.metrics import error_metrics
+
+
+@pytest.fixture(scope="module")
+def tables():
+    rng = np.random.default_rng(0)
+    out = {}
+    for dt, np_dt in (("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16), ("float32", np.float32)):
+        pairs = []
+        for _ in range(120):
+            e = rng.standard_normal(64)
+            pairs.append((e.astype(np_dt), e))
+        ds = tolstat.from_pairs(pairs, op="add", dtype=dt)
+        for stats in (["max_abs"], ["max_rel", "bias"], ["max_abs", "bias"]):
+            out[dt, tuple(stats)] = tolstat.select(ds, fp_budget=0.05, statistic=stats)
+    return out
+
+
+def _general(a, e, dt, table):
+    ent = table.entry("add", dt)
+    return check_metrics(error_metrics(a, e, dtype=dt), a, e, ent, None)
+
+
+def _same(fast: dict, ref, approx=("bias",)):
+    r = dataclasses.asdict(ref)
+    assert set(fast) == set(r)
+    for k, v in r.items():
+        if k in ("statistics", "ratios", "probabilities"):
+            assert fast[k].keys() == v.keys()
+            for s in v:
+                if s in approx:
+                    assert fast[k][s] == pytest.approx(v[s], rel=1e-9, abs=1e-300), (k, s)
+                else:
+                    assert fast[k][s] == v[s], (k, s)
+        elif k == "notes" and "bias" in v:
+            assert fast[k].keys() == v.keys()
+        elif isinstance(v, float) and math.isnan(v):
+            assert math.isnan(fast[k]), k
+        else:
+            assert fast[k] == v, k
+
+
+@pytest.mark.parametrize("dt,np_dt", [("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16),
+                                       ("float32", np.float32)])
+@pytest.mark.parametrize("stats", [("max_abs",), ("max_rel", "bias"), ("max_abs", "bias")])
+@pytest.mark.parametrize("scale", [1.0, 40.0])  # passing, and failing with many exceedances
+def test_fast_path_equals_general_path(tables, dt, np_dt, stats, scale):
+    rng = np.random.default_rng(1)
+    e = rng.standard_normal((37, 29)) * np.exp(rng.uniform(-8, 3, (37, 29)))
+    a = e.astype(np_dt)
+    if scale != 1.0:
+        a = (e + scale * (a.astype(np.float64) - e)).astype(np_dt)
+    table = tables[dt, stats]
+    ent = table.entry("add", dt)
+    fast = fast_check(a, e, ent, None)
+    assert fast is not None
+    ref = _general(a, e, dt, table)
+    _same(fast, ref)
+    if scale != 1.0:
+        assert not ref.passed and ref.n_exceeding > 0
+    assert tolstat.check(a, e, op="add", dtype=dt, table=table) == tolstat.CheckResult(**fast)
+
+
+def test_fast_path_ties_noncontiguous_and_float32_reference(tables):
+    table = tables["float16", ("max_abs",)]
+    e = np.zeros((50, 40))
+    e[::7, ::3] = 1e-3  # many equal errors: the first argmax is reported
+    a = e.astype(np.float16)
+    at, et = a.T, e.T  # non-contiguous views
+    fast = fast_check(at, et, table.entry("add", "float16"), None)
+    _same(fast, _general(at, et, "float16", table))
+    e32 = et.astype(np.float32)
+    _same(fast_check(at, e32, table.entry("add", "float16"), None), _general(at, e32, "float16", table))
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_pairs_take_the_general_path(tables, bad):
+    table = tables["float16", ("max_abs", "bias")]
+    e = np.linspace(-1, 1, 100)
+    a = e.astype(np.float16)
+    a[17] = bad
+    assert fast_check(a, e, table.entry("add", "float16"), None) is None
+    r = tolstat.check(a, e, op="add", dtype="float16", table=table)
+    assert not r.passed and r.n_nonfinite == 1 and r.worst_index == (17,)
+    with pytest.raises(ValueError, match="reference .* NaN"):
+        tolstat.check(e.astype(np.float16), np.where(np.arange(100) == 3, np.nan, e), op="add",
+                      dtype="float16", table=table)
+
+
+def test_unsupported_entries_take_the_general_path(tables):
+    rng = np.random.default_rng(2)
+    pairs = [(e.astype(np.float16), e) for e in rng.standard_normal((100, 32))]
+    ds = tolstat.from_pairs(pairs, op="add", dtype="float16")
+    table = tolstat.select(ds, fp_budget=0.05, statistic="max_ulp")
+    e = rng.standard_normal(32)
+    assert fast_check(e.astype(np.float16), e, table.entry("add", "float16"), None) is None
+    assert tolstat.check(e.astype(np.float16), e, op="add", dtype="float16", table=table).passed
+
+
+def test_shape_and_dtype_errors_are_still_raised(tables):
+    table = tables["float16", ("max_abs",)]
+    with pytest.raises(ValueError, match="shape mismatch"):
+        tolstat.check(np.zeros(3, np.float16), np.zeros(4), op="add", dtype="float16", table=table)
+    with pytest.raises(TypeError, match="integer/bool dtype"):
+        tolstat.check(np.zeros(3, np.int32), np.zeros(3), op="add", dtype="float16", table=table)
+
+
+def test_decode_table_is_the_exact_cast():
+    for dt in (np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2):
+        lut = decode_table(np.dtype(dt))
+        codes = np.arange(lut.size, dtype=np.uint8 if lut.size == 256 else np.uint16)
+        with np.errstate(invalid="ignore"):
+            ref = codes.view(dt).astype(np.float64)
+        np.testing.assert_array_equal(lut, ref)
+    assert decode_table(np.dtype(np.float32)) is None
+
+
+def test_fused_max_rejects_unknown_score():
+    with pytest.raises(ValueError, match="score must be one of"):
+        fused_max(np.zeros(2), np.zeros(2), score="ulp", threshold=1.0)
+
+
+def test_entry_cache_follows_table_data(tables):
+    table = tables["float16", ("max_abs",)]
+    t2 = tolstat.ToleranceTable(table.data.copy(deep=True))
+    e1 = cached_entry(t2, "add", "float16", None)
+    assert cached_entry(t2, "add", "float16", None) is e1
+    new = t2.data.copy(deep=True)
+    new["threshold"][...] = new["threshold"].values * 2
+    t2.data = new
+    e2 = cached_entry(t2, "add", "float16", None)
+    assert e2.statistics["max_abs"].threshold == 2 * e1.statistics["max_abs"].threshold

@@ -1,0 +1,97 @@
+"""record_statistics' one-pass numba path equals the numpy definition (run_statistics)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tolstat import noise
+
+
+def _numpy_record(actual, expected, **kw):
+    out = noise.run_statistics(actual, expected, **kw)
+    mid = noise.run_statistics(actual, expected, c_mid=1.0, **kw)
+    out.update({k + noise.MID_SUFFIX: v for k, v in mid.items()})
+    return out
+
+
+def _assert_same(fast, ref):
+    assert list(fast) == list(ref)
+    for k, v in ref.items():
+        f = fast[k]
+        if math.isnan(v):
+            assert math.isnan(f), k
+        elif k.removesuffix(noise.MID_SUFFIX) in ("op_max", "op_frac"):
+            assert f == v, k  # maxima and counts: exact
+        else:
+            assert f == pytest.approx(v, rel=1e-12, abs=1e-300), k
+
+
+def _case(rng, shape, dtype=np.float16, wide=False):
+    e = rng.standard_normal(shape) * (np.exp(rng.uniform(-5, 5, shape)) if wide else 1.0)
+    a = e.astype(dtype)
+    a = (a.astype(np.float64) + 3e-3 * rng.standard_normal(shape)).astype(dtype)
+    return a, e
+
+
+@pytest.mark.parametrize("shape,rowwise,row_axis", [((257,), False, -1), ((33, 40), True, -1),
+                                                    ((5, 7, 9), True, 1), ((6, 50), True, 0),
+                                                    ((64,), True, -1), ((), False, -1)])
+@pytest.mark.parametrize("with_mag", [False, True])
+def test_fused_equals_numpy(shape, rowwise, row_axis, with_mag):
+    rng = np.random.default_rng(7)
+    a, e = _case(rng, shape, wide=True)
+    mag = np.abs(e) + np.abs(rng.standard_normal(shape)) if with_mag else None
+    kw = dict(dtype="float16", magnitude=mag, K=37.0, rowwise=rowwise, row_axis=row_axis)
+    fast = noise._record_fused(a, e, acc_dtype="float32", op=None, **kw)
+    assert fast is not None
+    _assert_same(fast, _numpy_record(a, e, **kw))
+    assert noise.record_statistics(a, e, **kw) == fast
+
+
+def test_broadcast_magnitude_and_ops_with_invariants():
+    rng = np.random.default_rng(8)
+    for op in ("softmax", "layer_norm", "rms_norm", "log_softmax"):
+        a, e = _case(rng, (12, 30), dtype=np.float32)
+        mag = np.abs(rng.standard_normal(30))  # broadcasts along rows
+        kw = dict(dtype="float32", magnitude=mag, K=30.0, rowwise=True, op=op)
+        fast = noise.record_statistics(a, e, **kw)
+        assert any(k.startswith("inv_") for k in fast)
+        _assert_same(fast, _numpy_record(a, e, **kw))
+
+
+@pytest.mark.parametrize("kind", ["same_inf", "nan_both", "bad_nan", "bad_inf"])
+def test_non_finite_pairs(kind):
+    rng = np.random.default_rng(9)
+    a, e = _case(rng, (4, 16))
+    a = a.astype(np.float64)
+    if kind == "same_inf":
+        a[1, 3] = e[1, 3] = np.inf
+    elif kind == "nan_both":
+        a[2, 5] = e[2, 5] = np.nan
+    elif kind == "bad_nan":
+        a[0, 0] = np.nan
+    else:
+        a[3, 1] = -np.inf
+    kw = dict(dtype="float16", K=4.0, rowwise=True)
+    fast = noise.record_statistics(a, e, **kw)
+    ref = _numpy_record(a, e, **kw)
+    _assert_same(fast, ref)
+    assert (kind.startswith("bad")) == math.isinf(fast["op_max"])
+
+
+def test_bad_arguments_still_raise_the_numpy_errors():
+    a = np.zeros((3, 4), np.float16)
+    e = np.zeros((3, 4))
+    with pytest.raises(ValueError, match="shape"):
+        noise.record_statistics(a, np.zeros(5), dtype="float16")
+    with pytest.raises(ValueError, match="K must be a finite number"):
+        noise.record_statistics(a, e, dtype="float16", K=-1.0)
+    with pytest.raises(ValueError, match="row_axis"):
+        noise.record_statistics(a, e, dtype="float16", rowwise=True, row_axis=5)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        noise.record_statistics(a, e, dtype="float16", magnitude=np.ones(7))
+    assert noise._record_fused(np.zeros(0), np.zeros(0), dtype="float16", magnitude=None, K=1.0,
+                               acc_dtype="float32", row_axis=-1, rowwise=False, op=None) is None
