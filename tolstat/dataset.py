@@ -150,6 +150,9 @@ def _sample_indices(metrics: ErrorMetrics, sample_size: int,
         # which holds the run maximum of every score |d| / (a + b*|ref|), then the
         # largest-|d| rest of the front
         hull = upper_hull(front, abs_e, metrics.ref_abs)
+        # a hull longer than the sample is cut: largest errors first, so the sample
+        # always holds the run's largest error (the run's max_abs)
+        hull = hull[np.argsort(-abs_e[hull], kind="stable")]
         rest = np.setdiff1d(front, hull, assume_unique=True)
         rest = rest[np.argsort(-abs_e[rest], kind="stable")]
         keep = np.concatenate([hull, rest])[: max(sample_size // 2, min(hull.size, sample_size))]
