@@ -59,6 +59,7 @@ import numpy as np
 from scipy import stats as _st
 
 from ._util import NotEnoughData
+from .noise import combined_score
 from .estimators.orderstat import (
     conformal_min_n,
     conformal_rank,
@@ -386,31 +387,7 @@ def score(stats: Any, normalisers: Mapping[str, float], *, which: bool = False) 
         ``+inf`` when a statistic is infinite (non-finite output).
     names : ndarray of str, only with ``which=True``
     """
-    if not isinstance(stats, Mapping):
-        raise TypeError(f"stats must be a mapping statistic name -> values, got {type(stats).__name__}")
-    if not normalisers:
-        raise ValueError("normalisers is empty")
-    missing = [k for k in normalisers if k not in stats]
-    if missing:
-        raise ValueError(f"stats lacks the normalised statistics {missing}")
-    keys = list(normalisers)
-    q = np.array([float(normalisers[k]) for k in keys])
-    if not np.all(np.isfinite(q) & (q > 0)):
-        raise ValueError(f"normalisers must be finite and > 0, got {dict(normalisers)}")
-    cols = np.broadcast_arrays(*[np.asarray(stats[k], dtype=np.float64) for k in keys])
-    shape = cols[0].shape
-    m = np.stack([c.ravel() for c in cols], axis=1) / q
-    allnan = np.isnan(m).all(axis=1)
-    filled = np.where(np.isnan(m), -np.inf, m)
-    idx = np.argmax(filled, axis=1)
-    s = filled[np.arange(m.shape[0]), idx]
-    s[allnan] = np.nan
-    s = s.reshape(shape)
-    if which:
-        nm = np.asarray(keys, dtype=object)[idx]
-        nm[allnan] = ""
-        return s, nm.reshape(shape)
-    return s
+    return combined_score(stats, normalisers, which=which)
 
 
 def union_budget(total: float, k: int, *, method: str = "bonferroni", independent: bool = False) -> float:

@@ -26,6 +26,7 @@ statistics in :mod:`tolstat.statistics`; their names are re-exported here.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import math
@@ -49,6 +50,7 @@ from .bounds import (
     tail_fit,
     tail_threshold,
 )
+from .autoselect import CERTIFIED_FORMS, certified_groups
 from .dataset import validate
 from .estimators.orderstat import order_statistic_min_n
 from .scale import FORMS, ScaleOptions
@@ -190,13 +192,15 @@ def select(
     confidence: float = 0.95,
     method: str = "auto",
     statistic: str | Sequence[str] = "max_abs",
-    form: str | None = None,
+    form: str | None = "auto",
     by: Sequence[str] = ("op", "dtype", "hardware"),
     budget_split: str = "bonferroni",
     scale: ScaleOptions | None = None,
     tail: TailOptions | None = None,
     seed: int = 0,
     on_error: str = "raise",
+    cluster: str | None = None,
+    pooling: bool = True,
 ) -> ToleranceTable:
     """Thresholds per (op, dtype, hardware) that keep a false-positive budget.
 
@@ -215,10 +219,19 @@ def select(
         The max-error statistic (``"max_abs"``, ``"max_ulp"`` or ``"max_rel"``),
         optionally with ``"bias"`` (e.g. ``("max_abs", "bias")``): the budget and
         confidence are then split between the statistics (``budget_split``).
-    form : {None, "allclose", "size_aware", "normalised", "baseline"}
-        Noise-scale model (:mod:`tolstat.scale`). With a form the max-error statistic
-        is the normalised score ``max_i |d_i| / s(|ref_i|, covariates)`` (table name
-        ``"max_score"``) and needs ``statistic="max_abs"``.
+    form : {"auto", "operator", None, "allclose", "size_aware", "normalised", "baseline"}
+        ``"auto"`` (default): certified per group (:mod:`tolstat.autoselect`): the
+        operator combined score ``op_score`` when the dataset has operator statistics
+        (collected with ``magnitude=``), else the better of ``allclose`` and
+        ``size_aware`` chosen on fitting runs not used for the threshold; the table
+        records the choice and the reason. ``"operator"``: the combined score, required.
+        Both calibrate with :func:`tolstat.certify.certify` (order statistic, pooling
+        across exchangeable groups, an exact path; never a tail model) and ignore
+        ``method``, ``statistic``, ``budget_split`` and ``tail``.
+        ``None``: one threshold on ``statistic`` per group. The other names: a
+        noise-scale model (:mod:`tolstat.scale`) fitted on all runs; the max-error
+        statistic is ``max_i |d_i| / s(|ref_i|, covariates)`` (``"max_score"``) and
+        needs ``statistic="max_abs"``.
     by : sequence of str, default ("op", "dtype", "hardware")
         Grouping; leave out ``"hardware"`` to calibrate one ``"*"`` entry over all
         hardware (``op`` and ``dtype`` are required).
@@ -235,6 +248,13 @@ def select(
         ``"skip"`` keeps groups with too few runs (:class:`NotEnoughData`) in the table
         with a NaN threshold and the reason (looking them up raises); other errors
         (bad data, missing covariates) are raised.
+    cluster : str, optional
+        Forms ``auto``/``operator``: a run label (e.g. ``"case"``: the same inputs through
+        several variants) whose runs form one unit; runs of one cluster are not
+        independent, so the promise counts clusters, not runs.
+    pooling : bool, default True
+        Forms ``auto``/``operator``: let groups with too few units borrow the scores of
+        groups whose scores are exchangeable with theirs (tested; ``docs/guarantees.md``).
 
     Returns
     -------
@@ -268,10 +288,16 @@ def select(
                         f"and {type(tail).__name__}")
     ds = validate(errors_or_fit)
     keys, inv = _group_keys(ds, plan.by)
-    groups = [_select_group(ds.isel(run=np.flatnonzero(inv == gi)), key, plan, scale, tail, seed)
-              for gi, key in enumerate(keys)]
+    if form in CERTIFIED_FORMS:
+        groups, name = certified_groups(ds, keys, inv, form=form, a=plan.a, g=plan.g, cluster=cluster,
+                                        pooling=pooling, seed=seed, scale=scale, on_error=on_error)
+        plan = dataclasses.replace(plan, names=[name], a_each=plan.a, g_each=plan.g)
+    else:
+        groups = [_select_group(ds.isel(run=np.flatnonzero(inv == gi)), key, plan, scale, tail, seed)
+                  for gi, key in enumerate(keys)]
     settings = {"fp_budget": plan.a, "confidence": plan.g, "method": method, "statistic": plan.requested,
                 "form": form, "by": list(plan.by), "budget_split": budget_split, "seed": seed,
+                "cluster": cluster, "pooling": pooling,
                 **tail.to_dict(), **scale.to_dict()}
     prov = {
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -316,9 +342,9 @@ def _plan(ds: Any, fp_budget: float, confidence: float, method: str, statistic: 
             or len(set(stats_req)) != len(stats_req):
         raise ValueError(f"statistic must be one of 'max_abs', 'max_ulp', 'max_rel', optionally with 'bias', "
                          f"got {statistic!r}")
-    if form is not None and form not in FORMS:
-        raise ValueError(f"form must be None or one of {FORMS}, got {form!r}")
-    if form is not None and max_stats[0] != "max_abs":
+    if form is not None and form not in FORMS + CERTIFIED_FORMS:
+        raise ValueError(f"form must be None or one of {CERTIFIED_FORMS + FORMS}, got {form!r}")
+    if form in FORMS and max_stats[0] != "max_abs":
         raise ValueError(f"form={form!r} normalises the absolute error: use statistic='max_abs' "
                          f"(got {max_stats[0]!r})")
     if on_error not in ("raise", "skip"):
@@ -331,7 +357,7 @@ def _plan(ds: Any, fp_budget: float, confidence: float, method: str, statistic: 
     if "run" not in ds.dims:
         raise ValueError("select needs an error dataset with a 'run' dimension (see docs/schema.md); "
                          "results of tolstat.estimators.fit carry no budget and cannot be re-calibrated")
-    names = ["max_score" if form is not None else max_stats[0]] + (["bias"] if "bias" in stats_req else [])
+    names = ["max_score" if form in FORMS else max_stats[0]] + (["bias"] if "bias" in stats_req else [])
     m = len(names)
     a_each = split_budget(a, m, method=budget_split) if m > 1 else a
     g_each = 1.0 - (1.0 - g) / m
