@@ -31,6 +31,7 @@ class TolstatMethod(Method):
     """
 
     family = "tolstat"
+    wants_magnitude = True
 
     def __init__(self, name: str, fp_budget: float, confidence: float, **options: Any):
         self.name = name
@@ -40,19 +41,21 @@ class TolstatMethod(Method):
         self.table: ToleranceTable | None = None
 
     def calibrate(self, cal: xr.Dataset) -> None:  # noqa: D102
-        self.table = select(cal, fp_budget=self.budget, confidence=self.confidence,
-                            by=("op", "dtype"), **self.options)
+        opts = dict(self.options)
+        if opts.get("form", "auto") in ("auto", "operator") and "case" in cal:
+            opts.setdefault("cluster", "case")  # the same inputs through several variants: one unit
+        self.table = select(cal, fp_budget=self.budget, confidence=self.confidence, by=("op", "dtype"), **opts)
 
     def score(self, m: ErrorMetrics, *, op: str, dtype: str, actual: np.ndarray,
-              expected: np.ndarray, covariates: Mapping[str, float]) -> float:  # noqa: D102
+              expected: np.ndarray, covariates: Mapping[str, float], magnitude: Any = None) -> float:  # noqa: D102
         assert self.table is not None, "calibrate first"
         ent = self.table.entry(op, dtype, None)
-        res = check_metrics(m, actual, expected, ent, covariates)
+        res = check_metrics(m, actual, expected, ent, covariates, magnitude=magnitude)
         return max(res.ratios.values()) if res.ratios else 0.0
 
     def threshold_for(self, op: str, dtype: str) -> float | None:
         """The max_abs threshold of a group (None for normalised forms)."""
-        if self.table is None or "form" in self.options:
+        if self.table is None or self.options.get("form", "auto") is not None:
             return None
         ent = self.table.entry(op, dtype, None)
         st = ent.statistics.get("max_abs")
@@ -67,7 +70,8 @@ class TolstatMethod(Method):
 def tolstat_methods(fp_budget: float, confidence: float) -> list[Method]:
     """The tolstat methods compared in ``tolstat evaluate``."""
     return [
-        TolstatMethod("tolstat max_abs", fp_budget, confidence),
+        TolstatMethod("tolstat default", fp_budget, confidence),
+        TolstatMethod("tolstat max_abs", fp_budget, confidence, form=None),
         TolstatMethod("tolstat allclose", fp_budget, confidence, form="allclose"),
         TolstatMethod("tolstat size-aware", fp_budget, confidence, form="size_aware"),
         TolstatMethod("tolstat size-aware+bias", fp_budget, confidence, form="size_aware",

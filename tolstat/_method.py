@@ -23,6 +23,8 @@ class Method:
     name: str = "method"
     family: str = "static"
     budget: float | None = None
+    #: the evaluation passes ``magnitude=`` (the op on absolute inputs) to :meth:`score`
+    wants_magnitude: bool = False
 
     def calibrate(self, cal: xr.Dataset) -> None:
         """Fit to the calibration error dataset (static methods ignore it)."""

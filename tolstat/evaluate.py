@@ -174,13 +174,14 @@ def _pairs_for(op: str, dtype: str, n: int, seed: int, quick: bool) -> Iterable[
     from . import corpus
 
     spec = corpus.OPS[op]
-    for case in corpus.cases(op, dtype, n=n, seed=seed, quick=quick):
+    for ci, case in enumerate(corpus.cases(op, dtype, n=n, seed=seed, quick=quick)):
         ref = corpus.run_reference(case, dtype)
         mag = corpus.run_magnitude(case, dtype)  # operator-noise statistics (tolstat.noise)
         for vname, kern in spec.variants.items():
             out = corpus.run_kernel(kern, case, dtype)
+            # "case": the same inputs through every correct variant, one cluster (select(cluster="case"))
             labels = {"variant": vname, "dist": case.labels.get("dist", ""),
-                      "dims": case.labels.get("dims", "")}
+                      "dims": case.labels.get("dims", ""), "case": str(ci)}
             yield out, ref, mag, labels, dict(case.covariates)
 
 
@@ -375,6 +376,7 @@ def _evaluate(cfg: EvalConfig, methods: Sequence[Method] | None, progress: bool 
         for dt in cfg.dtypes:
             for case in corpus.cases(op, dt, n=cfg.n_test, seed=cfg.seed + 1, quick=cfg.quick):
                 ref = corpus.run_reference(case, dt)
+                mag = corpus.run_magnitude(case, dt)
                 outs = {v: corpus.run_kernel(k, case, dt) for v, k in spec.variants.items()}
                 entries = [("control", v, "", "", out, True) for v, out in outs.items()]
                 for b in bugs_by_op.get(op, []):
@@ -384,8 +386,8 @@ def _evaluate(cfg: EvalConfig, methods: Sequence[Method] | None, progress: bool 
                     entries.append(("bug", b.base, b.name, b.category, out, det))
                 for kind, variant, bug, cat, out, det in entries:
                     m = error_metrics(out, ref, dtype=dt)
-                    row = [mt.score(m, op=op, dtype=dt, actual=out, expected=ref,
-                                    covariates=case.covariates) for mt in methods]
+                    row = [mt.score(m, op=op, dtype=dt, actual=out, expected=ref, covariates=case.covariates,
+                                    **({"magnitude": mag} if mt.wants_magnitude else {})) for mt in methods]
                     scores.append(row)
                     records.append({"op": op, "dtype": dt, "kind": kind, "variant": variant,
                                     "bug": bug, "category": cat, "detectable": det,
@@ -447,6 +449,21 @@ def _summaries(checks: xr.Dataset, methods: Sequence[Method]):
             row[f"{m.name} fp"] = int(flagged.values[so & ctrl, j].sum())
         per_op.append(row)
     return summary, per_bug, per_op
+
+
+def per_category_table(result: EvalResult) -> str:
+    """Detectable-bug recall per bug category (subtle / shape / gross ...) and method, as text."""
+    checks = result.checks
+    names = [m.name for m in result.methods]
+    det = ((checks.kind == "bug").values & checks.detectable.values)
+    flagged = checks.score.values > 1.0
+    rows = [("category", "detectable", *names)]
+    cats = sorted(set(checks.category.values[det].tolist()))
+    for cat in cats + ["all"]:
+        sel = det & ((checks.category.values == cat) if cat != "all" else True)
+        rows.append((cat, str(int(sel.sum())),
+                     *(f"{100 * flagged[sel, j].mean():.1f}%" if sel.any() else "-" for j in range(len(names)))))
+    return _fmt_rows(rows)
 
 
 def per_bug_table(result: EvalResult) -> str:
