@@ -54,10 +54,10 @@ def small(tmp_path_factory):
 
 
 def test_skip_catches_only_not_enough_data(small):
-    t = tolstat.select(small, fp_budget=0.01, on_error="skip")
+    t = tolstat.select(small, form=None, fp_budget=0.01, on_error="skip")
     assert t.data["method"].values[0, 0] == "refused"
     with pytest.raises(NotEnoughData, match=r"group \(mul3, float16, cpu\)"):
-        tolstat.select(small, fp_budget=0.01)
+        tolstat.select(small, form=None, fp_budget=0.01)
     # a missing covariate is a configuration error: raised even with on_error="skip"
     with pytest.raises(ValueError, match="'nope'"):
         tolstat.select(small, fp_budget=0.5, form="normalised", on_error="skip",

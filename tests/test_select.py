@@ -37,23 +37,26 @@ def ds():
 
 def test_split_budget():
     assert split_budget(0.01, 100, method="bonferroni") == pytest.approx(1e-4)
-    s = split_budget(0.01, 100)
+    assert split_budget(0.01, 100) == pytest.approx(1e-4)  # Bonferroni by default: a union bound
+    s = split_budget(0.01, 100, method="sidak", independent=True)
     assert 1 - (1 - s) ** 100 == pytest.approx(0.01)
     assert s > 1e-4
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a union bound"):
+        split_budget(0.01, 100, method="sidak")
+    with pytest.raises(ValueError, match="suite_budget"):
         split_budget(0.0, 3)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="n_checks"):
         split_budget(0.1, 0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="method"):
         split_budget(0.1, 2, method="holm")
 
 
 @pytest.mark.parametrize("bad", [0.0, 1.0, -0.1, 1.5, float("nan"), "x"])
 def test_bad_budget_and_confidence(ds, bad):
     with pytest.raises(ValueError, match="fp_budget"):
-        select(ds, fp_budget=bad)
+        select(ds, form=None, fp_budget=bad)
     with pytest.raises(ValueError, match="confidence"):
-        select(ds, fp_budget=0.01, confidence=bad)
+        select(ds, form=None, fp_budget=0.01, confidence=bad)
 
 
 def test_bad_scores_are_clear_errors():
@@ -64,7 +67,7 @@ def test_bad_scores_are_clear_errors():
     with pytest.raises(ValueError, match="infinite"):
         calibrate([1.0, np.inf] * 200, 0.01)
     with pytest.raises(ValueError, match="statistic"):
-        select(tolstat.from_pairs([(np.float16([1]), np.array([1.0]))], op="a", dtype="fp16"), fp_budget=0.1,
+        select(tolstat.from_pairs([(np.float16([1]), np.array([1.0]))], op="a", dtype="fp16"), form=None, fp_budget=0.1,
                statistic="mean")
 
 
@@ -77,7 +80,7 @@ def test_too_few_runs_names_the_minimum():
 
 
 def test_auto_records_method_and_reason(ds):
-    t = select(ds, fp_budget=0.01)
+    t = select(ds, form=None, fp_budget=0.01)
     e = t.entry("mul3", "float16", "gpuA")
     st = e.statistics["max_abs"]
     assert st.method == "order_statistic" and "n = 400 >= 299" in st.reason
@@ -88,7 +91,7 @@ def test_auto_records_method_and_reason(ds):
 
 
 def test_lookup_fallbacks_and_missing(ds):
-    t = select(ds, fp_budget=0.01)
+    t = select(ds, form=None, fp_budget=0.01)
     assert t.entry("mul3", "fp16", "gpuA").fallback == "exact"
     with pytest.raises(KeyError, match="several hardware"):
         t.entry("mul3", "float16")
@@ -96,7 +99,7 @@ def test_lookup_fallbacks_and_missing(ds):
         t.entry("softmax", "float16", "gpuA")
     with pytest.raises(KeyError, match="available"):
         t.entry("mul3", "float16", "gpuC")
-    pooled = select(ds, fp_budget=0.01, by=("op", "dtype"))
+    pooled = select(ds, form=None, fp_budget=0.01, by=("op", "dtype"))
     e = pooled.entry("mul3", "float16", "gpuC")
     assert e.hardware == "*" and e.fallback == "any hardware" and e.n == 800
 
@@ -141,7 +144,7 @@ def test_assert_close_kwargs(ds):
     e = t.entry("mul3", "float16")
     c = e.statistics["max_score"].threshold
     assert atol == pytest.approx(c * e.scale.atol) and rtol == pytest.approx(c * e.scale.rtol)
-    t_abs = select(ds, fp_budget=0.01, by=("op", "dtype"))
+    t_abs = select(ds, form=None, fp_budget=0.01, by=("op", "dtype"))
     assert t_abs.to_assert_close_kwargs()[("mul3", "float16")]["rtol"] == 0.0
 
 
@@ -182,7 +185,7 @@ def test_negative_rtol_is_dropped():
 
 
 def test_bias_statistic_catches_systematic_error(ds):
-    t = select(ds, fp_budget=0.01, statistic=("max_abs", "bias"), by=("op", "dtype"))
+    t = select(ds, form=None, fp_budget=0.01, statistic=("max_abs", "bias"), by=("op", "dtype"))
     e = t.entry("mul3", "float16")
     assert e.statistics["max_abs"].budget == pytest.approx(0.005)
     assert e.statistics["bias"].confidence == pytest.approx(0.975)
@@ -199,8 +202,8 @@ def test_bias_statistic_catches_systematic_error(ds):
 def test_refused_groups_with_skip(ds):
     small = ds.isel(run=slice(0, 40))
     with pytest.raises(ValueError, match="needs n >= 299"):
-        select(small, fp_budget=0.01)
-    t = select(small, fp_budget=0.01, on_error="skip")
+        select(small, form=None, fp_budget=0.01)
+    t = select(small, form=None, fp_budget=0.01, on_error="skip")
     assert t.data["method"].values[0, 0] == "refused"
     with pytest.raises(KeyError, match="no max_abs threshold"):
         t.entry("mul3", "float16", "gpuA")

@@ -77,6 +77,6 @@ def test_select_uses_calibrate_per_group():
 
     ds = tolstat.from_pairs([(np.float16([v]), np.array([0.0])) for v in x], op="id", dtype="float16",
                             hardware="cpu")
-    t = select(ds, fp_budget=0.01)
+    t = select(ds, form=None, fp_budget=0.01)
     c = calibrate(ds["max_abs"].values, 0.01, 0.95)
     assert t.entry("id", "float16").statistics["max_abs"].threshold == c.threshold

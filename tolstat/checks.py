@@ -251,10 +251,11 @@ def _check_operator(m: ErrorMetrics, actual: Any, expected: Any, ent: ToleranceE
               for k, v in values.items()}
     failed = tuple(k for k, v in values.items() if v > thresholds[k])
     sc = noise_scale(np.asarray(expected, dtype=np.float64), dtype=ent.dtype, magnitude=mag, K=K)
-    z = np.where(m.nonfinite, np.inf, m.abs.reshape(sc.shape) / sc).ravel()
+    sc = sc.ravel()
+    z = np.where(np.asarray(m.nonfinite).ravel(), np.inf, np.asarray(m.abs).ravel() / sc)
     z = np.where(np.isnan(z), 0.0, z)
     worst = int(np.argmax(z)) if z.size else 0
-    allowed = thr * q.get("op_max", math.inf) * sc.ravel()
+    allowed = thr * q.get("op_max", math.inf) * sc
     note = ("no probability quoted: the threshold is an order statistic of the combined score"
             + (f"; {which} trips first" if which else ""))
     shape = m.shape
@@ -317,8 +318,12 @@ def _message(r: CheckResult) -> str:
                      f"({r.notes[k]})")
     if r.guarantee:
         lines.append(f"  guarantee of this threshold: {r.guarantee}")
-    lines.append(f"  (the table promises a false-positive rate <= {r.fp_budget:g} per check at "
-                 f"{r.confidence:g} confidence)")
+    if "conformal" in r.methods.values():
+        lines.append(f"  (the table promises a marginal false-positive rate <= {r.fp_budget:g} per check, averaged "
+                     "over calibration sets: split conformal, no confidence level)")
+    else:
+        lines.append(f"  (the table promises a false-positive rate <= {r.fp_budget:g} per check at "
+                     f"{r.confidence:g} confidence)")
     return "\n".join(lines)
 
 

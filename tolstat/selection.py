@@ -108,8 +108,9 @@ def calibrate(
         ``n >= (1-budget)/budget``). ``evt``: GPD tail with a parametric-bootstrap upper
         bound of the return level (needs ``tail.min_tail_runs`` runs, an adequate tail fit,
         and at most ``tail.max_extrapolation`` times beyond the data, i.e.
-        ``1/(budget*n) <= max_extrapolation``). ``auto``: order statistic when n
-        suffices, else evt when adequate, else an error.
+        ``1/(budget*n) <= max_extrapolation``): **model-based, no finite-sample
+        guarantee**; only when asked for. ``auto``: the order statistic when n
+        suffices, else :class:`NotEnoughData` (never the tail model silently).
     tail : TailOptions, optional
         Tail model settings: its adequacy rules (above), threshold rule, and
         ``bound``, the upper bound of the GPD return level. ``conservative`` (default): the return
@@ -150,13 +151,18 @@ def calibrate(
     top = np.sort(x)[::-1][:_TOP].copy()
     nmin = order_statistic_min_n(1.0 - a, g)
     fitted = tail_fit(x, tail.tail_fraction, tail.min_exceedances)
+    # a rejected tail fit is not kept: no exceedance probability is ever quoted from it
+    accepted = fitted.tail if not fitted.why_not else {}
     if method in ("auto", "order_statistic") and n >= nmin:
-        return order_statistic_threshold(x, a, g, fitted.tail, top)
+        return order_statistic_threshold(x, a, g, accepted, top)
     if method == "conformal":
-        return conformal_threshold(x, a, g, fitted.tail, top, where)
-    if method == "order_statistic":
+        return conformal_threshold(x, a, g, accepted, top, where)
+    if method in ("order_statistic", "auto"):
+        extra = ("; method='evt' gives a model-based bound (no finite-sample guarantee), or use the default "
+                 "form='auto' of select, which pools exchangeable groups" if method == "auto" else "")
         raise NotEnoughData(f"{where}the order statistic needs n >= {nmin} runs for budget {a:g} at confidence "
-                            f"{g:g} (n >= ln(1-confidence)/ln(1-budget)); have n = {n}", n=n, n_needed=nmin)
+                            f"{g:g} (n >= ln(1-confidence)/ln(1-budget)); have n = {n}{extra}", n=n,
+                            n_needed=nmin)
     return tail_threshold(x, a, g, fitted, top, tail, seed=seed, where=where)
 
 
@@ -349,6 +355,10 @@ def _plan(ds: Any, fp_budget: float, confidence: float, method: str, statistic: 
                          f"(got {max_stats[0]!r})")
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if form in CERTIFIED_FORMS and (stats_req != ["max_abs"] or method != "auto"):
+        raise ValueError(f"statistic={statistic!r} and method={method!r} apply to form=None and the scale forms; "
+                         f"form={form!r} calibrates its own score with tolstat.certify: pass form=None (or a scale "
+                         "form) to use them")
     by = tuple(by)
     if "op" not in by or "dtype" not in by or not set(by) <= set(GROUP_DIMS):
         raise ValueError(f"by must contain 'op' and 'dtype' (and optionally 'hardware'), got {by!r}")
@@ -359,6 +369,7 @@ def _plan(ds: Any, fp_budget: float, confidence: float, method: str, statistic: 
                          "results of tolstat.estimators.fit carry no budget and cannot be re-calibrated")
     names = ["max_score" if form in FORMS else max_stats[0]] + (["bias"] if "bias" in stats_req else [])
     m = len(names)
+    # the statistics of one run are not independent: "sidak" is refused by split_budget
     a_each = split_budget(a, m, method=budget_split) if m > 1 else a
     g_each = 1.0 - (1.0 - g) / m
     return _Plan(a, g, method, stats_req, max_stats[0], form, names, a_each, g_each, by, budget_split, on_error)
