@@ -87,7 +87,12 @@ def test_auto_records_method_and_reason(ds):
     t2 = select(ds, fp_budget=1e-3, form="allclose", on_error="skip")
     meth = str(t2.data["method"].values[0, 0])
     reason = str(t2.data["reason"].values[0, 0])
-    assert meth == "evt" or (meth == "refused" and "2995" in reason and "tail model was refused" in reason)
+    assert meth == "refused" and "2995" in reason and "model-based" in reason  # auto never picks evt
+    t3 = select(ds, fp_budget=1e-3, form="allclose", method="evt", on_error="skip")
+    meth = str(t3.data["method"].values[0, 0])
+    reason = str(t3.data["reason"].values[0, 0])
+    assert (meth == "evt" and "no finite-sample guarantee" in reason) or (
+        meth == "refused" and "tail model was refused" in reason)
 
 
 def test_lookup_fallbacks_and_missing(ds):
@@ -216,6 +221,6 @@ def test_table_requires_schema():
 
 def test_evt_beyond_data_is_marked(ds):
     x = np.random.default_rng(2).exponential(size=500)
-    c = calibrate(x, 1e-4, 0.95)
+    c = calibrate(x, 1e-4, 0.95, method="evt")
     assert c.method == "evt" and "beyond the data" in c.reason and c.threshold > x.max()
     assert math.isfinite(c.tail["xi"])

@@ -16,6 +16,7 @@ from _sim_families import FAMILIES
 from scipy import stats
 
 from tolstat import NotEnoughData
+from tolstat.estimators.orderstat import order_statistic_min_n
 from tolstat.selection import calibrate, select
 
 G = 0.95
@@ -33,7 +34,8 @@ def _run(n: int, a: float, fam: str) -> tuple[int, int, int, list[float], set[st
     for i in range(R):
         x = draw(rng, n)
         try:
-            c = calibrate(x, a, G, seed=i)
+            c = calibrate(x, a, G, method="order_statistic" if n >= order_statistic_min_n(1 - a, G) else "evt",
+                          seed=i)  # the model-based path, explicitly
         except NotEnoughData:
             refused += 1
             continue

@@ -28,7 +28,7 @@ def ds(pairs):
 
 
 def test_registry_names_and_fields():
-    assert statistics.STATISTICS == ("max_abs", "max_ulp", "max_rel", "max_score", "bias")
+    assert statistics.STATISTICS == ("max_abs", "max_ulp", "max_rel", "max_score", "bias", "op_score")
     assert statistics.MAX_STATISTICS == ("max_abs", "max_ulp", "max_rel")
     for name in statistics.STATISTICS:
         s = statistics.get(name)
