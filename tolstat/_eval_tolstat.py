@@ -26,6 +26,11 @@ class TolstatMethod(Method):
     fp_budget, confidence : float
         The promise: a correct run fails a check with probability <= ``fp_budget``,
         with ``confidence``.
+    per_kernel : bool, default False
+        One group per (op, dtype, correct variant): the threshold of the kernel under
+        test (its own correct runs), checked against the variant the test pairs it
+        with (a bug's base variant). Default: one group per (op, dtype) shared by every
+        correct implementation.
     options
         Passed to :func:`tolstat.select` (``form=``, ``statistic=``...).
     """
@@ -33,8 +38,10 @@ class TolstatMethod(Method):
     family = "tolstat"
     wants_magnitude = True
 
-    def __init__(self, name: str, fp_budget: float, confidence: float, **options: Any):
+    def __init__(self, name: str, fp_budget: float, confidence: float, *, per_kernel: bool = False,
+                 **options: Any):
         self.name = name
+        self.per_kernel = per_kernel
         self.budget = fp_budget
         self.confidence = confidence
         self.options = options
@@ -44,12 +51,16 @@ class TolstatMethod(Method):
         opts = dict(self.options)
         if opts.get("form", "auto") in ("auto", "operator") and "case" in cal:
             opts.setdefault("cluster", "case")  # the same inputs through several variants: one unit
+        if self.per_kernel:
+            cal = cal.assign(op=("run", np.char.add(np.char.add(cal["op"].values.astype(str), ":"),
+                                                    cal["variant"].values.astype(str))))
         self.table = select(cal, fp_budget=self.budget, confidence=self.confidence, by=("op", "dtype"), **opts)
 
     def score(self, m: ErrorMetrics, *, op: str, dtype: str, actual: np.ndarray,
-              expected: np.ndarray, covariates: Mapping[str, float], magnitude: Any = None) -> float:  # noqa: D102
+              expected: np.ndarray, covariates: Mapping[str, float], magnitude: Any = None,
+              variant: str = "") -> float:  # noqa: D102
         assert self.table is not None, "calibrate first"
-        ent = self.table.entry(op, dtype, None)
+        ent = self.table.entry(f"{op}:{variant}" if self.per_kernel else op, dtype, None)
         res = check_metrics(m, actual, expected, ent, covariates, magnitude=magnitude)
         return max(res.ratios.values()) if res.ratios else 0.0
 

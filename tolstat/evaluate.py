@@ -387,7 +387,8 @@ def _evaluate(cfg: EvalConfig, methods: Sequence[Method] | None, progress: bool 
                 for kind, variant, bug, cat, out, det in entries:
                     m = error_metrics(out, ref, dtype=dt)
                     row = [mt.score(m, op=op, dtype=dt, actual=out, expected=ref, covariates=case.covariates,
-                                    **({"magnitude": mag} if mt.wants_magnitude else {})) for mt in methods]
+                                    **({"magnitude": mag, "variant": variant} if mt.wants_magnitude else {}))
+                           for mt in methods]
                     scores.append(row)
                     records.append({"op": op, "dtype": dt, "kind": kind, "variant": variant,
                                     "bug": bug, "category": cat, "detectable": det,
