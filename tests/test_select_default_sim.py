@@ -39,8 +39,9 @@ def _template(n: int, groups: int, k: int):
         case = f"{i // n}-{(i % n) // k if k else i % n}"
         pairs.append((a, e, np.abs(e), {"case": case}))
     ds = tolstat.from_pairs(pairs, op="sim", dtype="float16", progress=False)
-    ops = np.repeat([f"g{j}" for j in range(groups)], n)
-    return ds.assign(op=("run", ops.astype(str)), max_ulp=("run", np.ones(n * groups)))
+    # groups: one op on several machines (hardware labels g0, g1, ...)
+    hw = np.repeat([f"g{j}" for j in range(groups)], n)
+    return ds.assign(hardware=("run", hw.astype(str)), max_ulp=("run", np.ones(n * groups)))
 
 
 def _dataset(n: int, groups: int, k: int, t1: np.ndarray, t2: np.ndarray | None):
@@ -71,12 +72,12 @@ def run_default_cell(family: str, n: int, budget: float, *, n_stats: int = 1, gr
             warnings.simplefilter("ignore")
             t = tolstat.select(ds, fp_budget=budget, seed=i, on_error="skip",
                                **({"cluster": "case"} if k else {}))
-        cert = t.entry("g0", "float16").certificate if not math.isnan(
+        cert = t.entry("sim", "float16", "g0").certificate if not math.isnan(
             float(t.data["threshold"].values[0, 0])) else None
         if cert is None:
             refused += 1
             continue
-        thr = t.entry("g0", "float16").statistics["op_score"].threshold
+        thr = t.entry("sim", "float16", "g0").statistics["op_score"].threshold
         q = cert["normalisers"]
         methods.add(cert["method"])
         pass_prob = 1.0 - float(sf(thr * q["op_max"]))

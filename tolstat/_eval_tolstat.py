@@ -82,6 +82,7 @@ def tolstat_methods(fp_budget: float, confidence: float) -> list[Method]:
     """The tolstat methods compared in ``tolstat evaluate``."""
     return [
         TolstatMethod("tolstat default", fp_budget, confidence),
+        TolstatMethod("tolstat default per-kernel", fp_budget, confidence, per_kernel=True),
         TolstatMethod("tolstat max_abs", fp_budget, confidence, form=None),
         TolstatMethod("tolstat allclose", fp_budget, confidence, form="allclose"),
         TolstatMethod("tolstat size-aware", fp_budget, confidence, form="size_aware"),

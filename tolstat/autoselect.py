@@ -4,6 +4,10 @@ Both calibrate through :func:`tolstat.certify.certify` (declared clusters as one
 split fitting, the order statistic with its PAC promise, pooling across exchangeable
 groups, an exact path for exact ops, resolution floors), never through a tail model.
 
+Pooling (small groups borrow the scores of exchangeable groups): a table of several
+operators pools scores in units of each group's own normalisers
+(``pool_normalisers="own"``); groups of one operator share the pool's normalisers.
+
 Rule of ``form="auto"`` (``docs/selection.md``):
 
 * the error dataset has operator statistics (collected with a ``magnitude``, variables
@@ -81,9 +85,14 @@ def _op_names(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray
     return union, use
 
 
-def _certify_kwargs(a: float, g: float, seed: int, pooling: bool, norm_quantile: float) -> dict[str, Any]:
+def _certify_kwargs(a: float, g: float, seed: int, pooling: bool, norm_quantile: float,
+                    keys: Sequence[tuple[str, ...]]) -> dict[str, Any]:
+    # a pool of several operators uses each group's own normalisers (operators differ in how
+    # their statistics spread, so scores are pooled in units of each group's own spread);
+    # groups of one operator (other dtypes or hardware) share the pool's normalisers
+    own = len({k[0] for k in keys}) > 1
     return dict(fp_budget=a, confidence=g, seed=seed, pooling=pooling, norm_quantile=norm_quantile,
-                on_refusal="record")
+                on_refusal="record", pool_normalisers="own" if own else "shared")
 
 
 def _operator(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray, a: float, g: float, *,
@@ -94,7 +103,7 @@ def _operator(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray
     glab = np.array([_label(keys[c]) for c in codes], dtype=object)
     floor = {n: (1.0 if n in OP_UNIT_FLOOR else 0.0) for n in union}
     res = certify(stats, glab, cluster=_unit_labels(ds, cluster), covariates=_dedup_covariates(ds, cluster),
-                  floor=floor, **_certify_kwargs(a, g, seed, pooling, norm_quantile))
+                  floor=floor, **_certify_kwargs(a, g, seed, pooling, norm_quantile, keys))
     rowwise = {}
     for gi, key in enumerate(keys):
         sel = codes == gi
@@ -159,7 +168,7 @@ def _scale_forms(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndar
         clab += list(u[~inA])
     res = certify({"max_score": np.concatenate(scores)}, np.array(glab, dtype=object),
                   cluster=np.array(clab, dtype=object) if units is not None else None,
-                  **_certify_kwargs(a, g, seed, pooling, 0.9))
+                  **_certify_kwargs(a, g, seed, pooling, 0.9, keys))
     return res, models
 
 

@@ -574,6 +574,7 @@ def certify(
     max_fit: int = 200,
     norm_quantile: float = 0.9,
     on_refusal: str = "raise",
+    pool_normalisers: str = "shared",
 ) -> CertifyResult:
     """Thresholds on the combined score ``S = max_j T_j / q_j`` for many groups at once.
 
@@ -628,6 +629,13 @@ def certify(
     on_refusal : {"raise", "record"}
         Raise the first :class:`NotEnoughData`, or record refusals in
         :attr:`CertifyResult.refused`.
+    pool_normalisers : {"shared", "own"}
+        ``"shared"`` (default): a pool's normalisers are fitted on the union of small
+        fitting parts of its members, and pooled scores are comparable as far as the
+        statistics are. ``"own"``: each member's scores use its own normalisers (fitted on
+        its own fitting part A, the scores from its part B), so pooled scores are in units
+        of each group's own spread; exchangeability is tested in those units. Use it when
+        the statistics differ in scale between groups (e.g. different operators).
 
     Returns
     -------
@@ -669,13 +677,16 @@ def certify(
     if on_refusal not in ("raise", "record"):
         raise ValueError(f"on_refusal must be 'raise' or 'record', got {on_refusal!r}")
     _unit_interval("pool_alpha", pool_alpha)
+    if pool_normalisers not in ("shared", "own"):
+        raise ValueError(f"pool_normalisers must be 'shared' or 'own', got {pool_normalisers!r}")
     m, names = _checked_stats(stats)
     glab, clab, cov = _labels(group, cluster, covariates, m.shape[0])
     floors = _per_stat("floor", floor, names, 0.0)
     if (floors < 0).any():
         raise ValueError(f"floor must be >= 0, got {floor!r}")
     ctx = _Ctx(a=a, g=g, rule=rule, names=names, floors=floors, uppers=_per_stat("upper", upper, names, math.inf),
-               clusters_declared=clab is not None, seed=seed, norm_quantile=norm_quantile)
+               clusters_declared=clab is not None, seed=seed, norm_quantile=norm_quantile,
+               own_pool=pooling and pool_normalisers == "own")
     ctx.info = _group_infos(ctx, m, glab, clab, cov, pool_by, fit_fraction, min_fit, max_fit)
     small = _own_thresholds(ctx)
     if small and pooling and rule == "order_statistic":
@@ -683,7 +694,7 @@ def certify(
         for key in dict.fromkeys(keys[s] for s in small):
             _pool(ctx, [gn for gn in ctx.info if keys[gn] == key and not ctx.info[gn]["exact"]],
                   [s for s in small if keys[s] == key], min_fit=min_fit, min_pool=min_pool,
-                  min_test_units=min_test_units, pool_alpha=pool_alpha)
+                  min_test_units=min_test_units, pool_alpha=pool_alpha, own=pool_normalisers == "own")
     else:
         for s in small:
             _refuse_unpooled(ctx, s, pooling)
@@ -741,6 +752,7 @@ class _Ctx:
     clusters_declared: bool
     seed: int
     norm_quantile: float
+    own_pool: bool = False
     info: dict[str, dict[str, Any]] = field(default_factory=dict)
     certs: dict[str, GroupCertificate] = field(default_factory=dict)
     refused: dict[str, NotEnoughData] = field(default_factory=dict)
@@ -781,6 +793,10 @@ def _group_infos(ctx: _Ctx, m: np.ndarray, glab: np.ndarray, clab: Any, cov: Any
                              "statistic (all NaN)")
         an = tuple(str(x) for x in np.asarray(ctx.names)[active])
         nA = fit_size(u.n, v.shape[1], nmin, fit_fraction=fit_fraction, min_fit=min_fit, max_fit=max_fit)
+        if ctx.own_pool and nA == 0 and u.n - 1 < nmin and u.n >= 2:
+            # a small group may pool with its own normalisers: they must come from units
+            # that do not give its pooled scores, even for one statistic
+            nA = max(1, min(min_fit, u.n // 3))
         iA, iB = split_units(u.n, nA, ctx.seed)
         fitpart = v if nA == 0 else v[iA]
         q = fit_normalisers(fitpart, quantile=ctx.norm_quantile, resolution=dict(zip(an, ctx.floors[active])),
@@ -900,8 +916,15 @@ def _pool_scores(ctx: _Ctx, members: list[str], cols: list[int], names_union: tu
     return qP, scores, {gn: int(calparts[gn].shape[0]) for gn in members}
 
 
+def _own_scores(ctx: _Ctx, members: list[str]) -> tuple[dict[str, np.ndarray], dict[str, int], list[int]]:
+    """Each member's part-B scores under its own normalisers (``pool_normalisers="own"``)."""
+    scores = {gn: np.nanmax(ctx.info[gn]["v"][ctx.info[gn]["iB"]] / ctx.info[gn]["q"], axis=1) for gn in members}
+    return scores, {gn: int(ctx.info[gn]["iB"].size) for gn in members}, [int(ctx.info[gn]["iA"].size)
+                                                                           for gn in members]
+
+
 def _pool(ctx: _Ctx, members: list[str], need_here: list[str], *, min_fit: int, min_pool: int,
-          min_test_units: int, pool_alpha: float) -> None:
+          min_test_units: int, pool_alpha: float, own: bool = False) -> None:
     """Pooled thresholds (or refusals) for the small groups ``need_here`` of one pool."""
     a, g, nmin = ctx.a, ctx.g, ctx.nmin
     if len(members) < min_pool:
@@ -912,8 +935,12 @@ def _pool(ctx: _Ctx, members: list[str], need_here: list[str], *, min_fit: int, 
         return
     names_union = tuple(n_ for n_ in ctx.names if any(n_ in ctx.info[gn]["names"] for gn in members))
     cols = [ctx.names.index(n_) for n_ in names_union]
-    kfit = _pool_fit_sizes([ctx.info[gn]["units"].n for gn in members], len(cols), min_fit, nmin)
-    qP, scores, ncal = _pool_scores(ctx, members, cols, names_union, kfit)
+    if own:
+        scores, ncal, kfit = _own_scores(ctx, members)
+        qP = np.full(len(names_union), np.nan)
+    else:
+        kfit = _pool_fit_sizes([ctx.info[gn]["units"].n for gn in members], len(cols), min_fit, nmin)
+        qP, scores, ncal = _pool_scores(ctx, members, cols, names_union, kfit)
     testable = [gn for gn in members if scores[gn].size >= min_test_units]
     raw_p = np.array([_pool_p(scores[gn], np.concatenate([scores[h] for h in members if h != gn]))
                       for gn in testable])
@@ -926,14 +953,15 @@ def _pool(ctx: _Ctx, members: list[str], need_here: list[str], *, min_fit: int, 
         d = ctx.info[s]
         r = ctx.rank_of(pooled.size)
         thr = float(np.sort(pooled)[r - 1])
-        act_names = tuple(n_ for n_ in names_union if n_ in d["names"])
-        qg = np.array([qP[names_union.index(n_)] for n_ in act_names])
+        act_names = d["names"] if own else tuple(n_ for n_ in names_union if n_ in d["names"])
+        qg = d["q"] if own else np.array([qP[names_union.index(n_)] for n_ in act_names])
         guar = (_guarantee_pac(a, g, pooled.size, r, clusters=ctx.clusters_declared)
                 + f" Holds for this group only if its scores are exchangeable with the pooled scores of "
                 f"{len(ok)} groups: tested (Anderson-Darling and Mann-Whitney against the rest of the pool, Holm-adjusted "
                 f"p = {adj[s]:.3g} > {pool_alpha:g}), not proved.")
         reason = (f"pooled order statistic: own {d['iB'].size} calibration units < {nmin} needed; borrowed "
-                  f"{pooled.size} scores of {len(ok)} exchangeable groups (normalisers shared by the pool)")
+                  f"{pooled.size} scores of {len(ok)} exchangeable groups ("
+                  + ("each with its own normalisers)" if own else "normalisers shared by the pool)"))
         _finish(ctx, s, thr, "pooled_order_statistic", guar, qg, act_names, r, pooled.size, reason,
                 pool=tuple(ok), pool_p=float(adj[s]), split=(int(kfit[members.index(s)]), ncal[s]))
 
