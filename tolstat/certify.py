@@ -793,10 +793,11 @@ def _group_infos(ctx: _Ctx, m: np.ndarray, glab: np.ndarray, clab: Any, cov: Any
                              "statistic (all NaN)")
         an = tuple(str(x) for x in np.asarray(ctx.names)[active])
         nA = fit_size(u.n, v.shape[1], nmin, fit_fraction=fit_fraction, min_fit=min_fit, max_fit=max_fit)
-        if ctx.own_pool and nA == 0 and u.n - 1 < nmin and u.n >= 2:
-            # a small group may pool with its own normalisers: they must come from units
-            # that do not give its pooled scores, even for one statistic
-            nA = max(1, min(min_fit, u.n // 3))
+        if ctx.own_pool and u.n - 1 < nmin and u.n >= 2:
+            # a small group may pool with its own normalisers: they must come from units that
+            # do not give its pooled scores (even for one statistic), and enough of them (a
+            # third) that their noise does not make exchangeable groups look different
+            nA = max(nA, 1, min(max_fit, u.n // 3))
         iA, iB = split_units(u.n, nA, ctx.seed)
         fitpart = v if nA == 0 else v[iA]
         q = fit_normalisers(fitpart, quantile=ctx.norm_quantile, resolution=dict(zip(an, ctx.floors[active])),
