@@ -61,10 +61,15 @@ def _unit_labels(ds: xr.Dataset, cluster: str | None) -> np.ndarray | None:
     return np.asarray(ds[cluster].values).astype(str)
 
 
-def _dedup_covariates(ds: xr.Dataset, cluster: str | None) -> dict[str, np.ndarray]:
-    """Per-run covariates and labels that tell exact duplicate runs apart."""
+def _dedup_covariates(ds: xr.Dataset, cluster: str | None) -> np.ndarray:
+    """One integer per run coding its covariates and labels (equal codes: equal covariates),
+    which tell exact duplicate runs apart."""
     names = [c for c in covariate_names(ds) if c in ds] + [c for c in label_names(ds) if c in ds and c != cluster]
-    return {c: np.asarray(ds[c].values).astype(str) for c in names + ["op", "dtype", "hardware"] if c in ds}
+    cols = [np.unique(np.asarray(ds[c].values), return_inverse=True)[1].ravel()
+            for c in names + ["op", "dtype", "hardware"] if c in ds]
+    if not cols:
+        return np.zeros(ds.sizes["run"], dtype=np.int64)
+    return np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)[1].ravel().astype(np.int64)
 
 
 def _op_names(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray) -> tuple[list[str], np.ndarray]:

@@ -190,13 +190,15 @@ def _covariate_columns(covariates: Any, n: int) -> list[list[Any]]:
         cols = []
         for v in covariates.values():
             if isinstance(v, np.ndarray) and v.ndim == 1:
-                cols.append(v.astype(object))
+                cols.append(v if v.dtype.kind in "iub" else v.astype(object))
                 continue
             lst = list(v)
             c = np.empty(len(lst), dtype=object)
             for i, x in enumerate(lst):
                 c[i] = x
             cols.append(c)
+    elif isinstance(covariates, np.ndarray) and covariates.ndim == 1 and covariates.dtype.kind in "iub":
+        cols = [covariates]
     else:
         a = np.asarray(covariates, dtype=object)
         a = a[:, None] if a.ndim == 1 else a
@@ -206,7 +208,12 @@ def _covariate_columns(covariates: Any, n: int) -> list[list[Any]]:
     for c in cols:
         if c.size != n:
             raise ValueError(f"covariates have {c.size} runs, stats have {n}")
-    return [[_hashable(x) for x in c] for c in cols]
+    return [c.tolist() if _is_int_column(c) else [_hashable(x) for x in c] for c in cols]
+
+
+def _is_int_column(c: np.ndarray) -> bool:
+    """An integer/bool column (hashable as is: the fast path for coded covariates)."""
+    return isinstance(c, np.ndarray) and c.dtype.kind in "iub"
 
 
 def _hashable(x: Any) -> Any:
@@ -730,7 +737,11 @@ def _labels(group: Any, cluster: Any, covariates: Any, n: int) -> tuple[np.ndarr
     if clab is not None and clab.size != n:
         raise ValueError(f"cluster has {clab.size} labels for {n} runs")
     cov = None
-    if covariates is not None:
+    if isinstance(covariates, np.ndarray) and covariates.ndim == 1 and covariates.dtype.kind in "iub":
+        if covariates.size != n:
+            raise ValueError(f"covariates have {covariates.size} runs, stats have {n}")
+        cov = covariates  # coded covariates: kept as integers (fast path)
+    elif covariates is not None:
         cc = _covariate_columns(covariates, n)
         cov = np.empty((n, len(cc)), dtype=object)
         for j, c in enumerate(cc):
