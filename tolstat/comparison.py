@@ -303,7 +303,9 @@ class SelectRule(Rule):
         bad = [k for k in options if k in _SELECT_RESERVED]
         if bad:
             raise ValueError(f"method {name!r}: {bad} are set by compare itself (budgets=, confidence=, by=)")
-        self.name, self.options = name, dict(options)
+        # form=None unless given: compare scores held-out runs from the dataset's run variables,
+        # which the operator form (select's default) does not define per statistic here
+        self.name, self.options = name, {"form": None, **options}
 
     def fit(self, train, *, budget, confidence, by):  # noqa: D102
         table = select(train, fp_budget=budget, confidence=confidence, by=tuple(by), on_error="skip",
