@@ -21,7 +21,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("selection", ("tolstat.bounds", "tolstat.certify", "tolstat.autoselect", "tolstat.table", "tolstat.selection", "tolstat.review",
                    "tolstat.hwpolicy")),
     ("checks", ("tolstat.checks", "tolstat.pytest_plugin", "tolstat.report")),
-    ("evaluate", ("tolstat._method", "tolstat._eval_tolstat", "tolstat.evaluate", "tolstat.plots",
+    ("evaluate", ("tolstat._eval_tolstat", "tolstat.evaluate", "tolstat.plots",
                   "tolstat.corpus", "tolstat.corpus.*", "tolstat.hwshift", "tolstat.comparison")),
     ("cli", ("tolstat.cli", "tolstat._cli_collect", "tolstat.corpus.__main__", "tolstat")),
 ]

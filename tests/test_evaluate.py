@@ -26,9 +26,9 @@ def test_evaluate_end_to_end(tiny_result, tmp_path):
     names = [m.name for m in r.methods]
     assert {"torch defaults", "atol=rtol=1e-2", "study p95x1.5"} <= set(names)
     assert {"tolstat max_abs", "tolstat allclose", "tolstat size-aware"} <= set(names)
-    for m in r.methods:
-        if m.family == "tolstat":
-            assert m.budget == 0.1
+    for m, row in zip(r.methods, r.summary):
+        assert row["method"] == m.name
+        assert row["budget"] == (0.1 if m.family == "tolstat" else None)
     tolstat.validate(r.calibration)
     for row in r.summary:
         assert row["n_control"] == int((r.checks.kind == "control").sum())
@@ -53,12 +53,14 @@ def test_scores_match_rules(tiny_result):
     cal = r.calibration
     sel = (cal.op == "gelu") & (cal.dtype == "float16")
     want = 1.5 * np.percentile(cal.max_abs.values[sel.values], 95)
-    assert study.atol[("gelu", "float16")] == pytest.approx(want)
+    assert r.threshold_for(study.name, "gelu", "float16") == pytest.approx(want)
+    assert r.threshold_for("torch defaults", "gelu", "float16") is None  # allclose ratios, not max_abs
     torch_m = next(m for m in r.methods if isinstance(m, AllClose) and m.name == "torch defaults")
-    m = tolstat.error_metrics(np.float16([1.0, 2.0]), np.array([1.0005, 2.0]))
+    one = tolstat.from_pairs([(np.float16([1.0, 2.0]), np.array([1.0005, 2.0]))], op="x", dtype="float16",
+                             progress=False)
+    fitted = torch_m.fit(None, budget=0.1, confidence=0.95, by=("op", "dtype"))
     # |d| = 5e-4 vs atol + rtol*|ref| = 1e-5 + 1e-3*1.0005
-    assert torch_m.score(m, op="x", dtype="float16", actual=None, expected=None, covariates={}) == \
-        pytest.approx(5e-4 / (1e-5 + 1e-3 * 1.0005))
+    assert fitted.score(one)[0] == pytest.approx(5e-4 / (1e-5 + 1e-3 * 1.0005))
 
 
 def test_detectable_flag_is_consistent(tiny_result):
@@ -111,3 +113,23 @@ def test_cli_evaluate_too_few_calibration_runs(tmp_path, capsys):
     assert "not compared" in captured.out
     doc = json.loads((tmp_path / "results.json").read_text())
     assert "tolstat max_abs" in doc["skipped_methods"]
+
+
+def test_methods_are_the_comparison_rules(capsys):
+    """evaluate scores through tolstat.comparison: one TORCH_DEFAULTS, rules by name or dict, and a
+    rule without a threshold for some checks is skipped loudly, not counted as passing them."""
+    from tolstat import comparison
+    from tolstat.evaluate import TORCH_DEFAULTS, default_methods
+
+    assert TORCH_DEFAULTS is comparison.TORCH_DEFAULTS
+    assert all(isinstance(m, comparison.Rule) for m in default_methods())
+    only_f32 = AllClose("only float32", {"float32": (1e-3, 1e-5)})
+    r = evaluate(EvalConfig.preset("tiny", ops=["gelu"]), progress=False,
+                 methods=["study", {"name": "loose", "atol": 1.0, "rtol": 0.0}, only_f32])
+    assert [m.name for m in r.methods] == ["study", "loose"]
+    assert "no threshold for" in r.skipped["only float32"]
+    assert "skipping 'only float32'" in capsys.readouterr().err
+    loose = r.checks.score.sel(method="loose").values
+    assert np.isfinite(loose).all() and (loose > 0).any()
+    with pytest.raises(ValueError, match="distinct names"):
+        evaluate(EvalConfig.preset("tiny", ops=["gelu"]), progress=False, methods=["study", "study"])

@@ -235,6 +235,14 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``tolstat`` command."""
     p = argparse.ArgumentParser(prog="tolstat", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
+    _add_data_commands(sub)
+    _add_table_commands(sub)
+    _add_report_commands(sub)
+    return p
+
+
+def _add_data_commands(sub: Any) -> None:
+    """Subcommands that produce error data: ``demo``, ``evaluate``, ``collect``."""
     d = sub.add_parser("demo", help="collect errors of a bundled numpy matmul kernel and summarise")
     d.add_argument("--runs", type=int, default=100)
     d.add_argument("--seed", type=int, default=0)
@@ -267,6 +275,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     _user_kernel_arguments(c)
     c.set_defaults(func=_cmd_collect)
+
+
+def _add_table_commands(sub: Any) -> None:
+    """Subcommands around tolerance tables: ``calibrate``, ``check``, ``merge``, ``show``, ``diff``."""
     k = sub.add_parser("calibrate", help="select thresholds under a false-positive budget -> TABLE.json")
     k.add_argument("errors", help="error dataset (.nc or .zarr)")
     k.add_argument("--fp-budget", type=float, required=True,
@@ -314,6 +326,10 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("new")
     f.add_argument("--changed-only", action="store_true", help="leave out unchanged groups")
     f.set_defaults(func=_cmd_diff)
+
+
+def _add_report_commands(sub: Any) -> None:
+    """Subcommands that report: ``report``, ``shift``, ``summary``, ``compare``."""
     r = sub.add_parser("report", help="write a Markdown report (tables and plots) of an evaluation")
     r.add_argument("results", help="folder written by 'tolstat evaluate'")
     r.set_defaults(func=_cmd_report)
@@ -335,7 +351,6 @@ def build_parser() -> argparse.ArgumentParser:
     from .comparison import add_cli as _add_compare  # tolstat compare
 
     _add_compare(sub)
-    return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:

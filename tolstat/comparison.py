@@ -16,9 +16,9 @@ Protocol
    is calibrated on the other folds (:meth:`Rule.fit`), then every held-out run gets its
    check statistic as a fraction of the threshold of its group (``ratio``; the check
    fails when ``ratio > 1``). The statistic is recomputed from the dataset's per-run
-   variables exactly as the table defines it (:func:`tolstat.scale.run_scores` and
-   :func:`tolstat.scale.bias_scores`, the functions :func:`tolstat.select` calibrates
-   on); normalised statistics are exact because the element sample keeps each run's
+   variables exactly as the table defines it (each statistic's
+   ``tolstat.statistics.Statistic.run_scores``, the function :func:`tolstat.select`
+   calibrates on); normalised statistics are exact because the element sample keeps each run's
    Pareto front (``docs/schema.md``). No kernel is re-run.
 3. **Measures** per method x group x budget x fold: threshold, held-out false positives
    ``fp / n_test`` with an exact Clopper-Pearson interval at ``confidence``
@@ -60,7 +60,8 @@ from scipy import stats as _st
 
 from ._version import __version__
 from .dataset import concat, validate
-from .scale import ScaleModel, bias_scores, run_scores
+from .scale import ScaleModel, run_scores
+from .statistics import get as get_statistic
 from ._util import ANY
 from .selection import select
 
@@ -130,12 +131,16 @@ class Rule:
         Whether the rule makes a false-positive promise (uses the budget).
     data_free : bool
         Whether the rule ignores the calibration data (its scores are computed once).
+    unit : str
+        The statistic that :attr:`Fitted.thresholds` are thresholds of (``"max_abs"``:
+        absolute error, comparable across rules).
     """
 
     name: str = "rule"
     family: str = "static"
     budgeted: bool = False
     data_free: bool = False
+    unit: str = "allclose ratio"
 
     def fit(self, train: xr.Dataset | None, *, budget: float, confidence: float,
             by: Sequence[str]) -> Fitted:
@@ -151,6 +156,10 @@ class Rule:
     def describe(self) -> str:
         """One line: the rule."""
         return self.name
+
+    def describe_at(self, budget: float, confidence: float) -> str:
+        """One line: the rule as calibrated at ``budget`` and ``confidence``."""
+        return self.describe()
 
 
 def _keys(ds: xr.Dataset, by: Sequence[str]) -> np.ndarray:
@@ -247,6 +256,7 @@ class StudyRule(Rule):
     """
 
     family = "study"
+    unit = "max_abs"
 
     def __init__(self, name: str = "study p95x1.5", factor: float = 1.5, percentile: float = 95.0):
         if not (factor > 0 and math.isfinite(factor)):
@@ -290,8 +300,8 @@ class SelectRule(Rule):
     """``tolstat.select(train, fp_budget=budget, confidence=confidence, by=by, **options)``.
 
     Held-out runs are scored from the dataset exactly as the table defines the check:
-    every statistic of the entry (:func:`tolstat.scale.run_scores` with the entry's
-    scale model, :func:`tolstat.scale.bias_scores`) over its threshold, the largest of
+    every statistic of the entry (its registered ``Statistic.run_scores`` with the
+    entry's scale model, as ``select`` calibrated it) over its threshold, the largest of
     them being the run's ratio. Groups ``select`` refuses (too few runs for the budget)
     are kept with the reason (``on_error="skip"``).
     """
@@ -307,11 +317,19 @@ class SelectRule(Rule):
         # which the operator form (select's default) does not define per statistic here
         self.name, self.options = name, {"form": None, **options}
 
+    @property
+    def unit(self) -> str:  # type: ignore[override]
+        """``max_score`` with a noise-scale form, else the first max-error statistic."""
+        if self.options.get("form") in ("auto", "operator"):
+            return "op_score"
+        if self.options.get("form") is not None:
+            return "max_score"
+        stat = self.options.get("statistic", "max_abs")
+        return next(s for s in ([stat] if isinstance(stat, str) else list(stat)) if s != "bias")
+
     def fit(self, train, *, budget, confidence, by):  # noqa: D102
         table = select(train, fp_budget=budget, confidence=confidence, by=tuple(by), on_error="skip",
                        **self.options)
-        stat = self.options.get("statistic", "max_abs")
-        base = next(s for s in ([stat] if isinstance(stat, str) else list(stat)) if s != "bias")
         d = table.data
         thr: dict[tuple[str, str, str], float] = {}
         reasons: dict[tuple[str, str, str], str] = {}
@@ -322,7 +340,7 @@ class SelectRule(Rule):
                 reasons[key] = str(d["reason"].values[i, 0])
 
         def score(ds: xr.Dataset) -> np.ndarray:
-            need = ("sample_abs", "sample_ref") if self.options.get("form") is not None else ()
+            need = ("sample_abs", "sample_ref") if self.options.get("form") not in (None, "auto", "operator") else ()
             return _per_block(ds, score_block, need)
 
         def score_block(ds: xr.Dataset) -> np.ndarray:
@@ -336,8 +354,9 @@ class SelectRule(Rule):
                 idx = np.flatnonzero(kk == k)
                 sub = ds.isel(run=idx) if idx.size != kk.size else ds
                 r = np.zeros(idx.size)
-                for name, st in ent.statistics.items():
-                    x = bias_scores(sub) if name == "bias" else run_scores(sub, ent.scale, base).scores
+                for name, st in ent.statistics.items():  # each as select calibrated it (the registry)
+                    stat = get_statistic(name)
+                    x = stat.run_scores(sub, ent.certificate if stat.kind == "score" else ent.scale).scores
                     r = np.maximum(r, _ratio(x, st.threshold))
                 out[idx] = r
             return out
@@ -345,8 +364,14 @@ class SelectRule(Rule):
         return Fitted(thr, reasons, score, table)
 
     def describe(self) -> str:  # noqa: D102
+        return self._text("B", "C")
+
+    def describe_at(self, budget: float, confidence: float) -> str:  # noqa: D102
+        return self._text(f"{budget:g}", f"{confidence:g}")
+
+    def _text(self, budget: str, confidence: str) -> str:
         opts = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
-        return f"tolstat.select(fp_budget=B, confidence=C{', ' + opts if opts else ''})"
+        return f"tolstat.select(fp_budget={budget}, confidence={confidence}{', ' + opts if opts else ''})"
 
 
 #: named methods (``methods=`` accepts these names, dicts and :class:`Rule` objects)
@@ -729,28 +754,55 @@ def compare(
         Bad arguments (naming the argument and the value), an invalid dataset, or fewer
         units than folds.
     """
-    from tqdm.auto import tqdm
-
     if not isinstance(errors, xr.Dataset):
         raise TypeError(f"errors must be an error dataset (xarray.Dataset), got {type(errors).__name__}")
     g = _unit_float("confidence", confidence)
-    if isinstance(budgets, (int, float)):
-        budgets = (budgets,)
-    bl = [_unit_float("budget", b) for b in budgets]
-    if not bl or len(set(bl)) != len(bl):
-        raise ValueError(f"budgets must be distinct numbers in (0, 1), got {list(budgets)!r}")
+    bl = _check_budgets(budgets)
     if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or folds < 2:
         raise ValueError(f"folds must be an integer >= 2, got {folds!r}")
     by = tuple(by)
     if "op" not in by or "dtype" not in by or not set(by) <= {"op", "dtype", "hardware"}:
         raise ValueError(f"by must contain 'op' and 'dtype' (and optionally 'hardware'), got {by!r}")
+    rules = _make_rules(methods)
+
+    ds, bug = _split_buggy(errors, buggy)
+    split = _make_folds(ds, bug, cluster, int(folds), seed)
+    grp = _group_index(ds, bug, by)
+    cells = _score_folds(rules, ds, bug, split, grp, bl, g, by, progress)
+    pooled = _pool_folds(cells, bl, g)
+    data = _result_dataset(cells, pooled, rules, grp, bl, g,
+                           {"seed": int(seed), "cluster": cluster or "", "by": ",".join(by)})
+    rows, group_rows = _summary_rows(cells, pooled, rules, grp, bl, g, int(ds.sizes["run"]))
+    settings = {"methods": [r.name for r in rules], "rules": [r.describe() for r in rules], "budgets": bl,
+                "folds": int(folds), "by": list(by), "cluster": cluster, "confidence": g, "seed": int(seed),
+                "n_runs": int(ds.sizes["run"]), "n_buggy": 0 if bug is None else int(bug.sizes["run"]),
+                "n_units": int(split.n_units)}
+    return CompareResult(data, rows, group_rows, settings, split.fold, split.bfold)
+
+
+def _check_budgets(budgets: Sequence[float] | float) -> list[float]:
+    """The budgets as a list of distinct floats in (0, 1)."""
+    if isinstance(budgets, (int, float)):
+        budgets = (budgets,)
+    bl = [_unit_float("budget", b) for b in budgets]
+    if not bl or len(set(bl)) != len(bl):
+        raise ValueError(f"budgets must be distinct numbers in (0, 1), got {list(budgets)!r}")
+    return bl
+
+
+def _make_rules(methods: Sequence[str | Mapping[str, Any] | Rule] | str | Mapping[str, Any] | Rule) -> list[Rule]:
+    """The :class:`Rule` of each method spec; their names must be distinct."""
     if isinstance(methods, (str, Mapping, Rule)):
         methods = [methods]
     rules = [make_rule(m) for m in methods]
     names = [r.name for r in rules]
     if not rules or len(set(names)) != len(names):
         raise ValueError(f"methods must be a non-empty list with distinct names, got {names}")
+    return rules
 
+
+def _split_buggy(errors: xr.Dataset, buggy: xr.Dataset | None) -> tuple[xr.Dataset, xr.Dataset | None]:
+    """Validated correct runs, and the buggy runs (``kind == "buggy"`` of ``errors`` plus ``buggy``)."""
     ds = _run_level_in_memory(validate(errors))
     bugs: list[xr.Dataset] = []
     if "kind" in ds.variables and ds["kind"].dims == ("run",):
@@ -765,57 +817,115 @@ def compare(
             raise TypeError(f"buggy must be an error dataset (xarray.Dataset), got {type(buggy).__name__}")
         bugs.append(_run_level_in_memory(validate(buggy)))
     bug = (bugs[0] if len(bugs) == 1 else concat(bugs)) if bugs else None
+    return ds, bug
 
-    # folds
+
+@dataclass
+class _Folds:
+    """The split of the correct runs (and of the buggy runs) into folds."""
+
+    fold: np.ndarray  # fold of each correct run
+    bfold: np.ndarray  # fold of each buggy run
+    n_units: int
+    train_sets: list[xr.Dataset]
+    test_idx: list[np.ndarray]
+    test_sets: list[xr.Dataset]
+    bug_idx: list[np.ndarray]
+    bug_sets: list[xr.Dataset | None]
+
+    @property
+    def n(self) -> int:
+        """Number of folds."""
+        return len(self.test_idx)
+
+
+def _fold_units(ds: xr.Dataset, bug: xr.Dataset | None, cluster: str | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """Unit of the split of each correct and each buggy run (a run, or its ``cluster`` label)."""
+    def own_units() -> np.ndarray:
+        return np.array([f"bug:{i}" for i in range(bug.sizes["run"])])
+
     if cluster is None:
-        units = np.arange(ds.sizes["run"]).astype(str)
-        bunits = None if bug is None else np.array([f"bug:{i}" for i in range(bug.sizes["run"])])
-    else:
-        units = _label(ds, cluster, "cluster")
-        bunits = None
-        if bug is not None:
-            bunits = (_label(bug, cluster, "cluster") if cluster in bug.variables
-                      else np.array([f"bug:{i}" for i in range(bug.sizes["run"])]))
+        return np.arange(ds.sizes["run"]).astype(str), None if bug is None else own_units()
+    units = _label(ds, cluster, "cluster")
+    if bug is None:
+        return units, None
+    return units, (_label(bug, cluster, "cluster") if cluster in bug.variables else own_units())
+
+
+def _make_folds(ds: xr.Dataset, bug: xr.Dataset | None, cluster: str | None, folds: int, seed: int) -> _Folds:
+    """Assign every correct and buggy run a fold (:func:`assign_folds`) and cut the datasets."""
+    units, bunits = _fold_units(ds, bug, cluster)
     allu = units if bunits is None else np.concatenate([units, bunits])
     n_units = np.unique(units).size
     if n_units < folds:
         raise ValueError(f"folds={folds} but the correct runs have only {n_units} "
                          f"{'distinct ' + repr(cluster) + ' values' if cluster else 'runs'}")
-    fold_all = assign_folds(allu, int(folds), seed)
-    fold = fold_all[: units.size]
-    bfold = fold_all[units.size:]
+    fold_all = assign_folds(allu, folds, seed)
+    fold, bfold = fold_all[: units.size], fold_all[units.size:]
+    test_idx = [np.flatnonzero(fold == f) for f in range(folds)]
+    bug_idx = [np.flatnonzero(bfold == f) for f in range(folds)]
+    return _Folds(
+        fold, bfold, int(n_units),
+        train_sets=[ds.isel(run=np.flatnonzero(fold != f)) for f in range(folds)],
+        test_idx=test_idx,
+        test_sets=[ds.isel(run=ix) for ix in test_idx],
+        bug_idx=bug_idx,
+        bug_sets=[None if bug is None or ix.size == 0 else bug.isel(run=ix) for ix in bug_idx],
+    )
 
+
+@dataclass
+class _Groups:
+    """The threshold groups and the group of each run."""
+
+    names: list[str]  # "op/dtype/hardware" keys, sorted
+    gi: np.ndarray  # group index of each correct run
+    bgi: np.ndarray  # group index of each buggy run (-1: a group without correct runs)
+
+
+def _group_index(ds: xr.Dataset, bug: xr.Dataset | None, by: Sequence[str]) -> _Groups:
     gkeys = _keys(ds, by)
     groups = sorted(set(gkeys.tolist()))
     gidx = {k: i for i, k in enumerate(groups)}
     gi = np.array([gidx[k] for k in gkeys], dtype=np.int64)
-    if bug is not None:
-        bk = _keys(bug, by)
-        bgi = np.array([gidx.get(k, -1) for k in bk], dtype=np.int64)
-    else:
-        bgi = np.empty(0, dtype=np.int64)
+    bgi = (np.array([gidx.get(k, -1) for k in _keys(bug, by)], dtype=np.int64) if bug is not None
+           else np.empty(0, dtype=np.int64))
+    return _Groups(groups, gi, bgi)
 
-    M, G, B, F = len(rules), len(groups), len(bl), int(folds)
-    shape = (M, G, B, F)
-    thr = np.full(shape, np.nan)
-    n_train = np.zeros(shape, dtype=np.int64)
-    n_test = np.zeros(shape, dtype=np.int64)
-    fp = np.zeros(shape, dtype=np.int64)
-    tight = np.full(shape, np.nan)
-    n_bug = np.zeros(shape, dtype=np.int64)
-    caught = np.zeros(shape, dtype=np.int64)
-    status = np.full(shape, "ok", dtype=object)
-    reason = np.full(shape, "", dtype=object)
-    pooled_ratios: dict[tuple[int, int, int], list[np.ndarray]] = {}
 
-    train_sets = [ds.isel(run=np.flatnonzero(fold != f)) for f in range(F)]
-    test_idx = [np.flatnonzero(fold == f) for f in range(F)]
-    test_sets = [ds.isel(run=ix) for ix in test_idx]
-    bug_idx = [np.flatnonzero(bfold == f) for f in range(F)]
-    bug_sets = [None if bug is None or ix.size == 0 else bug.isel(run=ix) for ix in bug_idx]
-    train_counts = [np.bincount(gi[fold != f], minlength=G) for f in range(F)]
+@dataclass
+class _Cells:
+    """Per (method, group, budget, fold) measures, filled fold by fold."""
 
-    total = sum(1 if r.data_free else B * F for r in rules)
+    thr: np.ndarray
+    n_train: np.ndarray
+    n_test: np.ndarray
+    fp: np.ndarray
+    tight: np.ndarray
+    n_bug: np.ndarray
+    caught: np.ndarray
+    status: np.ndarray
+    reason: np.ndarray
+    ratios: dict[tuple[int, int, int], list[np.ndarray]] = field(default_factory=dict)  # held-out, per fold
+
+    @classmethod
+    def empty(cls, shape: tuple[int, int, int, int]) -> _Cells:
+        def z() -> np.ndarray:
+            return np.zeros(shape, dtype=np.int64)
+
+        return cls(np.full(shape, np.nan), z(), z(), z(), np.full(shape, np.nan), z(), z(),
+                   np.full(shape, "ok", dtype=object), np.full(shape, "", dtype=object))
+
+
+def _score_folds(rules: list[Rule], ds: xr.Dataset, bug: xr.Dataset | None, split: _Folds, grp: _Groups,
+                 bl: list[float], g: float, by: Sequence[str], progress: bool | None) -> _Cells:
+    """Calibrate every rule at every budget on every training fold; score the held-out runs."""
+    from tqdm.auto import tqdm
+
+    F = split.n
+    cells = _Cells.empty((len(rules), len(grp.names), len(bl), F))
+    train_counts = [np.bincount(grp.gi[split.fold != f], minlength=len(grp.names)) for f in range(F)]
+    total = sum(1 if r.data_free else len(bl) * F for r in rules)
     bar = tqdm(total=total, desc="compare", disable=None if progress is None else not progress)
     for mi, rule in enumerate(rules):
         if rule.data_free:
@@ -824,147 +934,147 @@ def compare(
         for bi, b in enumerate(bl):
             for f in range(F):
                 if rule.data_free:
-                    out = FoldOutcome(whole.thresholds, whole.reasons, whole.ratios[test_idx[f]],
-                                      whole.buggy_ratios[bug_idx[f]] if bug is not None else np.empty(0),
+                    out = FoldOutcome(whole.thresholds, whole.reasons, whole.ratios[split.test_idx[f]],
+                                      whole.buggy_ratios[split.bug_idx[f]] if bug is not None else np.empty(0),
                                       whole.error)
                 else:
-                    out = calibrate_and_score(rule, train_sets[f], test_sets[f], bug_sets[f], budget=b,
-                                              confidence=g, by=by)
+                    out = calibrate_and_score(rule, split.train_sets[f], split.test_sets[f], split.bug_sets[f],
+                                              budget=b, confidence=g, by=by)
                     bar.update(1)
-                tg = gi[test_idx[f]]
-                bgf = bgi[bug_idx[f]]
-                for gj, key in enumerate(groups):
-                    k3 = _split_key(key)
-                    n_train[mi, gj, bi, f] = train_counts[f][gj]
-                    if out.error:
-                        status[mi, gj, bi, f], reason[mi, gj, bi, f] = "refused", out.error
-                        continue
-                    if isinstance(rule, StaticRule):
-                        t = rule.threshold(k3)
-                        if math.isnan(t):
-                            status[mi, gj, bi, f] = "refused"
-                            reason[mi, gj, bi, f] = f"no tolerances for dtype {k3[1]}"
-                    else:
-                        t = out.thresholds.get(k3, math.nan)
-                        if math.isnan(t):
-                            status[mi, gj, bi, f] = "refused"
-                            reason[mi, gj, bi, f] = out.reasons.get(
-                                k3, "no calibration runs of this group in the training folds")
-                    thr[mi, gj, bi, f] = t
-                    if status[mi, gj, bi, f] != "ok":
-                        continue
-                    r = out.ratios[tg == gj]
-                    n_test[mi, gj, bi, f] = r.size
-                    fp[mi, gj, bi, f] = int(np.sum(r > 1.0))
-                    if r.size:
-                        tight[mi, gj, bi, f] = float(np.median(r))
-                        pooled_ratios.setdefault((mi, gj, bi), []).append(r)
-                    rb = out.buggy_ratios[bgf == gj]
-                    n_bug[mi, gj, bi, f] = rb.size
-                    caught[mi, gj, bi, f] = int(np.sum(rb > 1.0))
+                _record_fold(cells, (mi, bi, f), rule, out, grp, split, train_counts[f])
     bar.close()
+    return cells
 
-    lo, hi = _cp(fp, n_test, g)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        fp_rate = np.where(n_test > 0, fp / np.maximum(n_test, 1), np.nan)
-        recall = np.where(n_bug > 0, caught / np.maximum(n_bug, 1), np.nan)
 
-    # pooled over folds
-    pshape = (M, G, B)
-    p_fp, p_n = fp.sum(-1), n_test.sum(-1)
-    p_bug, p_caught = n_bug.sum(-1), caught.sum(-1)
-    p_lo, p_hi = _cp(p_fp, p_n, g)
-    p_tight, p_stab = np.full(pshape, np.nan), np.full(pshape, np.nan)
-    p_verdict = np.full(pshape, "", dtype=object)
-    p_refused = (status != "ok").sum(-1)
-    for ix in np.ndindex(*pshape):
-        p_verdict[ix] = _verdict(p_lo[ix], p_hi[ix], bl[ix[2]])
-        rs = pooled_ratios.get(ix)
+def _fold_threshold(rule: Rule, out: FoldOutcome, k3: tuple[str, str, str]) -> tuple[float, str]:
+    """Threshold of a group in one fold, and why there is none (``""`` when there is one)."""
+    if isinstance(rule, StaticRule):
+        t = rule.threshold(k3)
+        return t, (f"no tolerances for dtype {k3[1]}" if math.isnan(t) else "")
+    t = out.thresholds.get(k3, math.nan)
+    why = out.reasons.get(k3, "no calibration runs of this group in the training folds") if math.isnan(t) else ""
+    return t, why
+
+
+def _record_fold(cells: _Cells, at: tuple[int, int, int], rule: Rule, out: FoldOutcome, grp: _Groups,
+                 split: _Folds, train_counts: np.ndarray) -> None:
+    """Store one (method, budget, fold) outcome in every group's cell."""
+    mi, bi, f = at
+    tg = grp.gi[split.test_idx[f]]
+    bgf = grp.bgi[split.bug_idx[f]]
+    for gj, key in enumerate(grp.names):
+        ix = (mi, gj, bi, f)
+        cells.n_train[ix] = train_counts[gj]
+        if out.error:
+            cells.status[ix], cells.reason[ix] = "refused", out.error
+            continue
+        cells.thr[ix], why = _fold_threshold(rule, out, _split_key(key))
+        if why:
+            cells.status[ix], cells.reason[ix] = "refused", why
+            continue
+        r = out.ratios[tg == gj]
+        cells.n_test[ix] = r.size
+        cells.fp[ix] = int(np.sum(r > 1.0))
+        if r.size:
+            cells.tight[ix] = float(np.median(r))
+            cells.ratios.setdefault((mi, gj, bi), []).append(r)
+        rb = out.buggy_ratios[bgf == gj]
+        cells.n_bug[ix] = rb.size
+        cells.caught[ix] = int(np.sum(rb > 1.0))
+
+
+def _pool_folds(cells: _Cells, bl: list[float], g: float) -> dict[str, np.ndarray]:
+    """Per (method, group, budget): counts summed over folds, intervals, verdict, tightness, stability."""
+    M, G, B, F = cells.thr.shape
+    p: dict[str, np.ndarray] = {
+        "fp": cells.fp.sum(-1), "n_test": cells.n_test.sum(-1), "n_buggy": cells.n_bug.sum(-1),
+        "caught": cells.caught.sum(-1), "refused": (cells.status != "ok").sum(-1),
+        "tightness": np.full((M, G, B), np.nan), "stability": np.full((M, G, B), np.nan),
+        "verdict": np.full((M, G, B), "", dtype=object),
+    }
+    p["fp_lo"], p["fp_hi"] = _cp(p["fp"], p["n_test"], g)
+    for ix in np.ndindex(M, G, B):
+        p["verdict"][ix] = _verdict(p["fp_lo"][ix], p["fp_hi"][ix], bl[ix[2]])
+        rs = cells.ratios.get(ix)
         if rs:
-            p_tight[ix] = float(np.median(np.concatenate(rs)))
-        t = thr[ix]
+            p["tightness"][ix] = float(np.median(np.concatenate(rs)))
+        t = cells.thr[ix]
         t = t[np.isfinite(t)]
         if t.size == F:
-            p_stab[ix] = (float(t.max() / t.min()) if t.min() > 0 else (1.0 if t.max() == 0 else math.inf))
+            p["stability"][ix] = (float(t.max() / t.min()) if t.min() > 0 else (1.0 if t.max() == 0 else math.inf))
+    return p
 
-    gop, gdt, ghw = zip(*(_split_key(k) for k in groups))
-    data = xr.Dataset(
-        {
-            "threshold": (("method", "group", "budget", "fold"), thr),
-            "status": (("method", "group", "budget", "fold"), status.astype(str)),
-            "reason": (("method", "group", "budget", "fold"), reason.astype(str)),
-            "n_train": (("method", "group", "budget", "fold"), n_train),
-            "n_test": (("method", "group", "budget", "fold"), n_test),
-            "fp": (("method", "group", "budget", "fold"), fp),
-            "fp_rate": (("method", "group", "budget", "fold"), fp_rate),
-            "fp_lo": (("method", "group", "budget", "fold"), lo),
-            "fp_hi": (("method", "group", "budget", "fold"), hi),
-            "held": (("method", "group", "budget", "fold"), hi <= np.array(bl)[None, None, :, None]),
-            "broken": (("method", "group", "budget", "fold"), lo > np.array(bl)[None, None, :, None]),
-            "tightness": (("method", "group", "budget", "fold"), tight),
-            "n_buggy": (("method", "group", "budget", "fold"), n_bug),
-            "caught": (("method", "group", "budget", "fold"), caught),
-            "recall": (("method", "group", "budget", "fold"), recall),
-            "pooled_fp": (("method", "group", "budget"), p_fp),
-            "pooled_n_test": (("method", "group", "budget"), p_n),
-            "pooled_fp_lo": (("method", "group", "budget"), p_lo),
-            "pooled_fp_hi": (("method", "group", "budget"), p_hi),
-            "pooled_verdict": (("method", "group", "budget"), p_verdict.astype(str)),
-            "pooled_tightness": (("method", "group", "budget"), p_tight),
-            "stability": (("method", "group", "budget"), p_stab),
-            "pooled_n_buggy": (("method", "group", "budget"), p_bug),
-            "pooled_caught": (("method", "group", "budget"), p_caught),
-        },
+
+def _result_dataset(cells: _Cells, p: dict[str, np.ndarray], rules: list[Rule], grp: _Groups, bl: list[float],
+                    g: float, attrs: dict[str, Any]) -> xr.Dataset:
+    """The ``method x group x budget x fold`` dataset of :class:`CompareResult`."""
+    lo, hi = _cp(cells.fp, cells.n_test, g)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        fp_rate = np.where(cells.n_test > 0, cells.fp / np.maximum(cells.n_test, 1), np.nan)
+        recall = np.where(cells.n_bug > 0, cells.caught / np.maximum(cells.n_bug, 1), np.nan)
+    b4 = np.array(bl)[None, None, :, None]
+    per_fold = {"threshold": cells.thr, "status": cells.status.astype(str), "reason": cells.reason.astype(str),
+                "n_train": cells.n_train, "n_test": cells.n_test, "fp": cells.fp, "fp_rate": fp_rate,
+                "fp_lo": lo, "fp_hi": hi, "held": hi <= b4, "broken": lo > b4, "tightness": cells.tight,
+                "n_buggy": cells.n_bug, "caught": cells.caught, "recall": recall}
+    pooled = {"pooled_fp": p["fp"], "pooled_n_test": p["n_test"], "pooled_fp_lo": p["fp_lo"],
+              "pooled_fp_hi": p["fp_hi"], "pooled_verdict": p["verdict"].astype(str),
+              "pooled_tightness": p["tightness"], "stability": p["stability"], "pooled_n_buggy": p["n_buggy"],
+              "pooled_caught": p["caught"]}
+    gop, gdt, ghw = zip(*(_split_key(k) for k in grp.names))
+    return xr.Dataset(
+        {**{k: (("method", "group", "budget", "fold"), v) for k, v in per_fold.items()},
+         **{k: (("method", "group", "budget"), v) for k, v in pooled.items()}},
         coords={
-            "method": np.array(names, dtype=str),
+            "method": np.array([r.name for r in rules], dtype=str),
             "rule": ("method", np.array([r.describe() for r in rules], dtype=str)),
             "family": ("method", np.array([r.family for r in rules], dtype=str)),
             "budgeted": ("method", np.array([r.budgeted for r in rules], dtype=bool)),
-            "group": np.array(groups, dtype=str),
+            "group": np.array(grp.names, dtype=str),
             "op": ("group", np.array(gop, dtype=str)),
             "dtype": ("group", np.array(gdt, dtype=str)),
             "hardware": ("group", np.array(ghw, dtype=str)),
             "budget": np.array(bl, dtype=np.float64),
-            "fold": np.arange(F, dtype=np.int64),
+            "fold": np.arange(cells.thr.shape[-1], dtype=np.int64),
         },
         attrs={
             "tolstat_version": __version__,
             "confidence": g,
-            "seed": int(seed),
-            "cluster": cluster or "",
-            "by": ",".join(by),
+            **attrs,
             "meaning": ("held-out check statistic / threshold per method, group, budget, fold; "
                         "fp counts held-out correct runs with ratio > 1; held: Clopper-Pearson upper end "
                         "<= budget; broken: lower end > budget; verdict: held (upper <= budget), broken (lower > budget), "
                         "else consistent"),
         },
     )
+
+
+def _summary_rows(cells: _Cells, p: dict[str, np.ndarray], rules: list[Rule], grp: _Groups, bl: list[float],
+                  g: float, n_runs: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Tidy rows: per (method, budget) pooled over groups and folds, and per (method, group, budget)."""
+    G = len(grp.names)
     group_rows = []
     for mi, rule in enumerate(rules):
-        for gj, key in enumerate(groups):
+        for gj, key in enumerate(grp.names):
             for bi, b in enumerate(bl):
                 ix = (mi, gj, bi)
-                rs = [str(x) for x in reason[ix] if x]
-                group_rows.append(_row(rule, b, int(p_fp[ix]), int(p_n[ix]), g, float(p_tight[ix]),
-                                       float(p_stab[ix]), int(p_bug[ix]), int(p_caught[ix]),
-                                       group=key, refused_folds=int(p_refused[ix]), reason=rs[0] if rs else "",
-                                       n_runs=int(np.sum(gi == gj))))
+                rs = [str(x) for x in cells.reason[ix] if x]
+                group_rows.append(_row(rule, b, int(p["fp"][ix]), int(p["n_test"][ix]), g, float(p["tightness"][ix]),
+                                       float(p["stability"][ix]), int(p["n_buggy"][ix]), int(p["caught"][ix]),
+                                       group=key, refused_folds=int(p["refused"][ix]), reason=rs[0] if rs else "",
+                                       n_runs=int(np.sum(grp.gi == gj))))
     rows = []
     for mi, rule in enumerate(rules):
         for bi, b in enumerate(bl):
-            rs = [np.concatenate(pooled_ratios[(mi, gj, bi)]) for gj in range(G) if (mi, gj, bi) in pooled_ratios]
+            rs = [np.concatenate(cells.ratios[(mi, gj, bi)]) for gj in range(G) if (mi, gj, bi) in cells.ratios]
             tt = float(np.median(np.concatenate(rs))) if rs else math.nan
-            st = p_stab[mi, :, bi]
+            st = p["stability"][mi, :, bi]
             st = st[np.isfinite(st)]
-            rows.append(_row(rule, b, int(p_fp[mi, :, bi].sum()), int(p_n[mi, :, bi].sum()), g, tt,
-                             float(st.max()) if st.size else math.nan, int(p_bug[mi, :, bi].sum()),
-                             int(p_caught[mi, :, bi].sum()), refused_folds=int(p_refused[mi, :, bi].sum()),
-                             reason="", n_runs=int(ds.sizes["run"])))
-    settings = {"methods": names, "rules": [r.describe() for r in rules], "budgets": bl, "folds": F,
-                "by": list(by), "cluster": cluster, "confidence": g, "seed": int(seed),
-                "n_runs": int(ds.sizes["run"]), "n_buggy": 0 if bug is None else int(bug.sizes["run"]),
-                "n_units": int(n_units)}
-    return CompareResult(data, rows, group_rows, settings, fold, bfold)
+            rows.append(_row(rule, b, int(p["fp"][mi, :, bi].sum()), int(p["n_test"][mi, :, bi].sum()), g, tt,
+                             float(st.max()) if st.size else math.nan, int(p["n_buggy"][mi, :, bi].sum()),
+                             int(p["caught"][mi, :, bi].sum()), refused_folds=int(p["refused"][mi, :, bi].sum()),
+                             reason="", n_runs=n_runs))
+    return rows, group_rows
 
 
 def _row(rule: Rule, budget: float, fp: int, n: int, level: float, tight: float, stab: float, nb: int,

@@ -9,9 +9,14 @@ Protocol
 1. **Calibration.** For each (op, dtype), ``n_cal`` cases (seed ``seed``) are run through
    every correct variant of the op; the errors form an error dataset (``from_pairs``).
 2. **Test.** ``n_test`` fresh cases (seed ``seed + 1``) are run through every correct
-   variant (*controls*) and every bug of the op (*buggy*), paired on the same inputs.
-3. **Methods.** Each method calibrates on the calibration dataset only, then flags each
-   test check. Static methods ignore the calibration data.
+   variant (*controls*) and every bug of the op (*buggy*), paired on the same inputs;
+   both form error datasets too (:func:`heldout_datasets`).
+3. **Methods.** The rules of :mod:`tolstat.comparison` (static baselines, the study's
+   rule, ``tolstat.select``), through the per-fold core of ``tolstat compare``
+   (:func:`tolstat.comparison.calibrate_and_score`) with one fold: each calibrates on
+   the calibration dataset only, per (op, dtype), and scores every test check from its
+   error dataset (check statistic / threshold; flagged when > 1). Static rules ignore
+   the calibration data.
 4. **Report.** Recall over all buggy checks and over *detectable* ones (the buggy output
    differs from its paired correct output by more than one ULP somewhere), realised
    false-positive rate on the held-out controls (with a one-sided 95% Clopper-Pearson
@@ -22,7 +27,6 @@ Protocol
 from __future__ import annotations
 
 import json
-import math
 import os
 import sys
 import time
@@ -36,13 +40,12 @@ from scipy import stats
 from tqdm.auto import tqdm
 
 from ._eval_tolstat import tolstat_methods
-from ._method import Method
 from ._util import atomic_write, atomic_write_text
 from ._version import __version__
-from .bounds import NotEnoughData
 from .collect import from_pairs
+from .comparison import TORCH_DEFAULTS, Rule, StaticRule, StudyRule, calibrate_and_score, make_rule
 from .dataset import concat
-from .metrics import error_metrics, ulp_distance
+from .metrics import ulp_distance
 
 __all__ = [
     "Method",
@@ -52,72 +55,28 @@ __all__ = [
     "EvalResult",
     "evaluate",
     "default_methods",
+    "calibration_dataset",
+    "heldout_datasets",
     "TORCH_DEFAULTS",
 ]
 
-#: torch.testing.assert_close defaults (rtol, atol) per dtype
-TORCH_DEFAULTS: dict[str, tuple[float, float]] = {
-    "float16": (1e-3, 1e-5),
-    "bfloat16": (1.6e-2, 1e-5),
-    "float32": (1.3e-6, 1e-5),
-    "float64": (1e-7, 1e-7),
-}
+#: the methods are the rules of :mod:`tolstat.comparison`; the old names stay importable
+Method = Rule
+AllClose = StaticRule
+
+#: thresholds are per (op, dtype), pooled over the one corpus hardware label
+BY = ("op", "dtype")
 
 
 # --------------------------------------------------------------------------- methods
-class AllClose(Method):
-    """Static ``|d| <= atol + rtol*|ref|`` with one (atol, rtol) per dtype."""
-
-    def __init__(self, name: str, tolerances: Mapping[str, tuple[float, float]]):
-        self.name = name
-        self.family = "static"
-        self.tolerances = dict(tolerances)  # dtype -> (rtol, atol)
-
-    def score(self, m, *, op, dtype, actual, expected, covariates):  # noqa: D102
-        rtol, atol = self.tolerances[dtype]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return float(np.max(m.abs / (atol + rtol * m.ref_abs)))
-
-    def describe(self) -> str:  # noqa: D102
-        return "; ".join(f"{d}: rtol={r:g} atol={a:g}" for d, (r, a) in self.tolerances.items())
-
-
-class StudyRule(Method):
-    """The 2026 study's rule: ``atol = 1.5 * p95(max_abs)`` of calibration runs per (op, dtype)."""
-
-    def __init__(self, factor: float = 1.5, percentile: float = 95.0):
-        self.name = "study p95x1.5"
-        self.family = "study"
-        self.factor, self.percentile = factor, percentile
-        self.atol: dict[tuple[str, str], float] = {}
-
-    def calibrate(self, cal):  # noqa: D102
-        for (op, dt), g in cal.groupby(["op", "dtype"]):
-            self.atol[(op, dt)] = self.factor * float(np.percentile(g.max_abs.values, self.percentile))
-
-    def score(self, m, *, op, dtype, actual, expected, covariates):  # noqa: D102
-        atol = self.atol[(op, dtype)]
-        mx = float(m.abs.max())
-        if atol == 0.0:
-            return 0.0 if mx == 0.0 else math.inf
-        return mx / atol
-
-    def threshold_for(self, op: str, dtype: str) -> float | None:
-        """The calibrated atol of a group (for plots)."""
-        return self.atol.get((op, dtype))
-
-    def describe(self) -> str:  # noqa: D102
-        return f"atol = {self.factor:g} x p{self.percentile:g}(run max_abs) per (op, dtype)"
-
-
-def default_methods(fp_budget: float, confidence: float) -> list[Method]:
-    """Static baselines, the study's rule and the tolstat methods available."""
-    methods: list[Method] = [
-        AllClose("torch defaults", TORCH_DEFAULTS),
-        AllClose("atol=rtol=1e-2", {d: (1e-2, 1e-2) for d in TORCH_DEFAULTS}),
-        StudyRule(),
+def default_methods() -> list[Rule]:
+    """Static baselines, the study's rule and the tolstat methods (:func:`tolstat_methods`)."""
+    return [
+        StaticRule("torch defaults", TORCH_DEFAULTS),
+        StaticRule("atol=rtol=1e-2", {d: (1e-2, 1e-2) for d in TORCH_DEFAULTS}),
+        StudyRule("study p95x1.5"),
+        *tolstat_methods(),
     ]
-    return methods + tolstat_methods(fp_budget, confidence)
 
 
 # --------------------------------------------------------------------------- config
@@ -185,28 +144,56 @@ def _pairs_for(op: str, dtype: str, n: int, seed: int, quick: bool) -> Iterable[
             yield out, ref, mag, labels, dict(case.covariates)
 
 
-def calibration_dataset(cfg: EvalConfig, *, progress: bool | None = None) -> xr.Dataset:
-    """Collect the calibration error dataset of the correct corpus kernels."""
+def _heldout_pairs(op: str, dtype: str, n: int, seed: int, quick: bool) -> tuple[list[tuple], list[tuple]]:
+    """Control and buggy pairs of ``n`` test cases: every variant and every bug of ``op`` on the same inputs.
+
+    A bug output is *detectable* when it differs from the output of its base variant on
+    the same inputs by more than one ULP somewhere (controls are detectable by convention).
+    """
     from . import corpus
 
-    ops = cfg.ops or sorted(corpus.OPS)
-    parts = []
-    bar = tqdm(total=len(ops) * len(cfg.dtypes), desc="collect", disable=None if progress is None else not progress)
-    for op in ops:
-        for dt in cfg.dtypes:
-            pairs = list(_pairs_for(op, dt, cfg.n_cal, cfg.seed, cfg.quick))
-            cov_keys = set.intersection(*(set(p[4]) for p in pairs))
-            pairs = [(a, e, m, lab, {k: c[k] for k in cov_keys}) for a, e, m, lab, c in pairs]
-            parts.append(from_pairs(pairs, op=op, dtype=dt, hardware="cpu:tolstat-corpus",
-                                    seed=cfg.seed, sample_size=512, progress=False,
-                                    rowwise=op in corpus.ROWWISE))
-            bar.update(1)
-    bar.close()
-    # ops have different covariates (D for attention, N for norms): keep the union,
-    # NaN where an op does not define one
-    names: list[str] = []
+    spec = corpus.OPS[op]
+    bugs = [b for b in corpus.BUGS.values() if b.op == op]
+    controls: list[tuple] = []
+    buggy: list[tuple] = []
+    for case in corpus.cases(op, dtype, n=n, seed=seed, quick=quick):
+        ref = corpus.run_reference(case, dtype)
+        mag = corpus.run_magnitude(case, dtype)
+        # the dataset has the output shape; "scale" is also a covariate, so its label is renamed
+        labels = {"dist": case.labels.get("dist", ""), "dims": case.labels.get("dims", ""),
+                  "input_scale": case.labels.get("scale", "")}
+        cov = dict(case.covariates)
+        outs = {v: corpus.run_kernel(k, case, dtype) for v, k in spec.variants.items()}
+        for v, out in outs.items():
+            controls.append((out, ref, mag, {**labels, "variant": v, "kind": "control", "bug": "",
+                                             "category": "", "detectable": True}, cov))
+        for b in bugs:
+            out = corpus.run_kernel(b.kernel, case, dtype)
+            with np.errstate(all="ignore"):
+                det = bool(np.any(ulp_distance(out, outs[b.base], dtype) > 1.0))
+            buggy.append((out, ref, mag, {**labels, "variant": b.base, "kind": "bug", "bug": b.name,
+                                          "category": b.category, "detectable": det}, cov))
+    return controls, buggy
+
+
+def _from_corpus_pairs(pairs: list[tuple], op: str, dtype: str, seed: int) -> xr.Dataset:
+    """Error dataset of one (op, dtype) from corpus pairs, keeping the covariates every case has."""
+    from . import corpus
+
+    cov_keys = set.intersection(*(set(p[4]) for p in pairs))
+    pairs = [(a, e, m, lab, {k: c[k] for k in cov_keys}) for a, e, m, lab, c in pairs]
+    return from_pairs(pairs, op=op, dtype=dtype, hardware="cpu:tolstat-corpus", seed=seed, sample_size=512,
+                      progress=False, rowwise=op in corpus.ROWWISE)
+
+
+def _union_covariates(parts: Sequence[xr.Dataset], names: Sequence[str] = ()) -> xr.Dataset:
+    """Concatenate per-op datasets, keeping the union of their covariates (NaN where an op has none).
+
+    ``names`` puts these covariates first (to match another dataset's order).
+    """
+    names = list(names)
     for p in parts:
-        names += [c for c in p.attrs["covariates"].split(",") if c not in names]
+        names += [c for c in p.attrs["covariates"].split(",") if c and c not in names]
     trimmed = []
     for p in parts:
         have = p.attrs["covariates"].split(",")
@@ -214,6 +201,61 @@ def calibration_dataset(cfg: EvalConfig, *, progress: bool | None = None) -> xr.
         q.attrs["covariates"] = ",".join(names)
         trimmed.append(q)
     return concat(trimmed)
+
+
+def _ops(cfg: EvalConfig) -> list[str]:
+    from . import corpus
+
+    ops = cfg.ops or sorted(corpus.OPS)
+    unknown = sorted(set(ops) - set(corpus.OPS))
+    if unknown:
+        raise ValueError(f"unknown op(s) {unknown}; known: {sorted(corpus.OPS)}")
+    return ops
+
+
+def calibration_dataset(cfg: EvalConfig, *, progress: bool | None = None) -> xr.Dataset:
+    """Collect the calibration error dataset of the correct corpus kernels."""
+    ops = _ops(cfg)
+    parts = []
+    bar = tqdm(total=len(ops) * len(cfg.dtypes), desc="collect", disable=None if progress is None else not progress)
+    for op in ops:
+        for dt in cfg.dtypes:
+            parts.append(_from_corpus_pairs(list(_pairs_for(op, dt, cfg.n_cal, cfg.seed, cfg.quick)), op, dt,
+                                            cfg.seed))
+            bar.update(1)
+    bar.close()
+    # ops have different covariates (D for attention, N for norms): keep the union,
+    # NaN where an op does not define one
+    return _union_covariates(parts)
+
+
+def heldout_datasets(cfg: EvalConfig, *, covariates: Sequence[str] = (),
+                     progress: bool | None = None) -> tuple[xr.Dataset, xr.Dataset | None]:
+    """Error datasets of the held-out test checks: correct controls and buggy outputs.
+
+    ``cfg.n_test`` fresh cases per (op, dtype) (seed ``cfg.seed + 1``) run through every
+    correct variant and every bug of the op. Both datasets carry the labels ``kind``
+    (``control``/``bug``), ``variant`` (for a bug: its base variant), ``bug``,
+    ``category``, ``detectable`` (``"True"``/``"False"``), ``dist``, ``dims``,
+    ``input_scale`` (the case's scale label; the output ``shape`` is in every dataset);
+    the buggy dataset is None when the ops have no bugs.
+    ``covariates`` orders the covariates like the calibration dataset's.
+    """
+    ops = _ops(cfg)
+    ctrl_parts, bug_parts = [], []
+    bar = tqdm(total=len(ops) * len(cfg.dtypes), desc="test checks",
+               disable=None if progress is None else not progress)
+    for op in ops:
+        for dt in cfg.dtypes:
+            controls, buggy = _heldout_pairs(op, dt, cfg.n_test, cfg.seed + 1, cfg.quick)
+            ctrl_parts.append(_from_corpus_pairs(controls, op, dt, cfg.seed + 1))
+            if buggy:
+                bug_parts.append(_from_corpus_pairs(buggy, op, dt, cfg.seed + 1))
+            bar.update(1)
+    bar.close()
+    names = list(covariates)
+    controls_ds = _union_covariates(ctrl_parts, names)
+    return controls_ds, (_union_covariates(bug_parts, names) if bug_parts else None)
 
 
 @dataclass
@@ -231,25 +273,38 @@ class EvalResult:
         One row per method: recall (all, detectable), false positives, budget, tightness.
     calibration : xarray.Dataset
         The calibration error dataset.
-    methods : list of Method
+    methods : list of Rule
+        The compared rules (:mod:`tolstat.comparison`), calibrated per (op, dtype).
     seconds : float
         Wall time.
     per_bug, per_op : list of dict
         Recall per bug kind and per op, false positives per op.
     skipped : dict
-        tolstat methods that could not be calibrated (too few runs for the budget) and
-        why; they are left out of the comparison.
+        Methods that could not be calibrated (too few runs for the budget) and why;
+        they are left out of the comparison.
+    thresholds : dict
+        ``{method: {(op, dtype): threshold}}`` of the methods whose thresholds are of
+        the run's max absolute error (``Rule.unit == "max_abs"``; for plots).
     """
 
     config: EvalConfig
     checks: xr.Dataset
     summary: list[dict[str, Any]]
     calibration: xr.Dataset
-    methods: list[Method]
+    methods: list[Rule]
     seconds: float
     per_bug: list[dict[str, Any]] = field(default_factory=list)
     per_op: list[dict[str, Any]] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    thresholds: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
+
+    def budget_of(self, method: Rule) -> float | None:
+        """The false-positive budget ``method`` promises (None for rules that promise none)."""
+        return self.config.fp_budget if method.budgeted else None
+
+    def threshold_for(self, method: str, op: str, dtype: str) -> float | None:
+        """The max_abs threshold of ``method`` for (op, dtype), or None."""
+        return self.thresholds.get(method, {}).get((op, dtype))
 
     def table(self) -> str:
         """The side-by-side table, as printed by ``tolstat evaluate``."""
@@ -275,8 +330,9 @@ class EvalResult:
             "tolstat_version": __version__,
             "config": self.config.__dict__,
             "seconds": self.seconds,
-            "methods": [{"name": m.name, "family": m.family, "budget": m.budget,
-                         "rule": m.describe()} for m in self.methods],
+            "methods": [{"name": m.name, "family": m.family, "budget": self.budget_of(m),
+                         "rule": m.describe_at(self.config.fp_budget, self.config.confidence)}
+                        for m in self.methods],
             "summary": self.summary,
             "per_bug": self.per_bug,
             "per_op": self.per_op,
@@ -317,7 +373,7 @@ def _cp_upper(k: int, n: int, level: float = 0.95) -> float:
 def evaluate(
     config: EvalConfig | None = None,
     *,
-    methods: Sequence[Method] | None = None,
+    methods: Sequence[Rule | str | Mapping[str, Any]] | None = None,
     progress: bool | None = None,
 ) -> EvalResult:
     """Run the evaluation protocol (module docstring) and return the result.
@@ -326,8 +382,9 @@ def evaluate(
     ----------
     config : EvalConfig, optional
         Defaults to ``EvalConfig()`` (the main job).
-    methods : list of Method, optional
-        Defaults to :func:`default_methods`.
+    methods : list, optional
+        Rules, or names / dicts for :func:`tolstat.comparison.make_rule`, with distinct
+        names. Defaults to :func:`default_methods`.
     progress : bool, optional
         Progress bars; default only on a terminal.
 
@@ -342,77 +399,72 @@ def evaluate(
         return _evaluate(config or EvalConfig(), methods, progress)
 
 
-def _evaluate(cfg: EvalConfig, methods: Sequence[Method] | None, progress: bool | None) -> EvalResult:
-    from . import corpus
-
+def _evaluate(cfg: EvalConfig, methods: Sequence[Any] | None, progress: bool | None) -> EvalResult:
     t0 = time.perf_counter()
-    ops = cfg.ops or sorted(corpus.OPS)
-    unknown = sorted(set(ops) - set(corpus.OPS))
-    if unknown:
-        raise ValueError(f"unknown op(s) {unknown}; known: {sorted(corpus.OPS)}")
-    methods = list(methods) if methods is not None else default_methods(cfg.fp_budget, cfg.confidence)
+    _ops(cfg)
+    rules = [make_rule(m) for m in methods] if methods is not None else default_methods()
+    names = [r.name for r in rules]
+    if not rules or len(set(names)) != len(names):
+        raise ValueError(f"methods must be a non-empty list with distinct names, got {names}")
     cal = calibration_dataset(cfg, progress=progress)
+    controls, bugs = heldout_datasets(cfg, covariates=cal.attrs["covariates"].split(","), progress=progress)
+    rules, scores, thresholds, skipped = _score_methods(rules, cal, controls, bugs, cfg)
+    checks = _checks_dataset(controls, bugs, scores, rules)
+    summary, per_bug, per_op = _summaries(checks, rules, cfg.fp_budget)
+    return EvalResult(cfg, checks, summary, cal, rules, time.perf_counter() - t0, per_bug, per_op, skipped,
+                      thresholds)
+
+
+def _score_methods(rules: Sequence[Rule], cal: xr.Dataset, controls: xr.Dataset, bugs: xr.Dataset | None,
+                   cfg: EvalConfig) -> tuple[list[Rule], np.ndarray, dict[str, dict[tuple[str, str], float]],
+                                             dict[str, str]]:
+    """Calibrate each rule on ``cal`` and score the held-out checks (controls, then bugs).
+
+    A rule that cannot be calibrated for every (op, dtype) is skipped (loudly, with the
+    reason), as it cannot be compared on every check.
+    """
+    kept: list[Rule] = []
+    cols: list[np.ndarray] = []
+    thresholds: dict[str, dict[tuple[str, str], float]] = {}
     skipped: dict[str, str] = {}
-    for m in list(methods):
-        try:
-            m.calibrate(cal)
-        except NotEnoughData as exc:  # too few calibration runs for the budget
-            skipped[m.name] = str(exc)
-            methods.remove(m)
-            print(f"tolstat evaluate: skipping {m.name!r}: {exc}", file=sys.stderr, flush=True)
-    if not methods:
+    for rule in rules:
+        out = calibrate_and_score(rule, cal, controls, bugs, budget=cfg.fp_budget, confidence=cfg.confidence,
+                                  by=BY)
+        col = np.concatenate([out.ratios, out.buggy_ratios])
+        why = out.error or next(iter(out.reasons.values()), "")
+        if not why and np.isnan(col).any():
+            why = f"no threshold for {int(np.isnan(col).sum())} of {col.size} test checks"
+        if why:
+            skipped[rule.name] = why
+            print(f"tolstat evaluate: skipping {rule.name!r}: {why}", file=sys.stderr, flush=True)
+            continue
+        kept.append(rule)
+        cols.append(col)
+        if rule.unit == "max_abs":
+            thresholds[rule.name] = {(op, dt): t for (op, dt, _), t in out.thresholds.items()}
+    if not kept:
         raise ValueError("no method could be calibrated: " + "; ".join(skipped.values()))
-
-    records: list[dict[str, Any]] = []
-    scores: list[list[float]] = []
-    disable = None if progress is None else not progress
-    bugs_by_op: dict[str, list] = {}
-    for b in corpus.BUGS.values():
-        bugs_by_op.setdefault(b.op, []).append(b)
-    total = sum(cfg.n_test for _ in ops) * len(cfg.dtypes)
-    bar = tqdm(total=total, desc="test checks", disable=disable)
-    for op in ops:
-        spec = corpus.OPS[op]
-        for dt in cfg.dtypes:
-            for case in corpus.cases(op, dt, n=cfg.n_test, seed=cfg.seed + 1, quick=cfg.quick):
-                ref = corpus.run_reference(case, dt)
-                mag = corpus.run_magnitude(case, dt)
-                outs = {v: corpus.run_kernel(k, case, dt) for v, k in spec.variants.items()}
-                entries = [("control", v, "", "", out, True) for v, out in outs.items()]
-                for b in bugs_by_op.get(op, []):
-                    out = corpus.run_kernel(b.kernel, case, dt)
-                    with np.errstate(all="ignore"):
-                        det = bool(np.any(ulp_distance(out, outs[b.base], dt) > 1.0))
-                    entries.append(("bug", b.base, b.name, b.category, out, det))
-                for kind, variant, bug, cat, out, det in entries:
-                    m = error_metrics(out, ref, dtype=dt)
-                    row = [mt.score(m, op=op, dtype=dt, actual=out, expected=ref, covariates=case.covariates,
-                                    **({"magnitude": mag, "variant": variant} if mt.wants_magnitude else {}))
-                           for mt in methods]
-                    scores.append(row)
-                    records.append({"op": op, "dtype": dt, "kind": kind, "variant": variant,
-                                    "bug": bug, "category": cat, "detectable": det,
-                                    "shape": case.labels.get("shape", ""),
-                                    "dist": case.labels.get("dist", ""),
-                                    "scale": case.labels.get("scale", "")})
-                bar.update(1)
-    bar.close()
-    checks = _checks_dataset(records, np.array(scores, dtype=np.float64), methods)
-    summary, per_bug, per_op = _summaries(checks, methods)
-    return EvalResult(cfg, checks, summary, cal, methods, time.perf_counter() - t0, per_bug, per_op,
-                      skipped)
+    return kept, np.column_stack(cols), thresholds, skipped
 
 
-def _checks_dataset(records: list[dict[str, Any]], scores: np.ndarray, methods: Sequence[Method]) -> xr.Dataset:
+#: labels of a test check, in the order of the checks dataset: {check label: dataset label}
+_CHECK_LABELS = {k: k for k in ("op", "dtype", "kind", "variant", "bug", "category", "detectable", "shape", "dist")}
+_CHECK_LABELS["scale"] = "input_scale"
+
+
+def _checks_dataset(controls: xr.Dataset, bugs: xr.Dataset | None, scores: np.ndarray,
+                    methods: Sequence[Rule]) -> xr.Dataset:
+    """One entry per test check (controls, then bugs): labels and ``score`` (check, method)."""
+    parts = [controls] if bugs is None else [controls, bugs]
     coords: dict[str, Any] = {"method": [m.name for m in methods]}
-    for key in records[0]:
-        vals = [r[key] for r in records]
-        coords[key] = ("check", np.array(vals, dtype=bool if key == "detectable" else str))
+    for key, label in _CHECK_LABELS.items():
+        vals = np.concatenate([np.asarray(d[label].values).astype(str) for d in parts])
+        coords[key] = ("check", vals == "True" if key == "detectable" else vals)
     return xr.Dataset({"score": (("check", "method"), scores)}, coords=coords,
                       attrs={"meaning": "check statistic / threshold; flagged when > 1"})
 
 
-def _summaries(checks: xr.Dataset, methods: Sequence[Method]):
+def _summaries(checks: xr.Dataset, methods: Sequence[Rule], fp_budget: float):
     flagged = checks.score > 1.0
     ctrl = (checks.kind == "control").values
     bug = (checks.kind == "bug").values
@@ -423,7 +475,7 @@ def _summaries(checks: xr.Dataset, methods: Sequence[Method]):
         fp, nc = int(f[ctrl].sum()), int(ctrl.sum())
         s = checks.score.values[ctrl, j]
         summary.append({
-            "method": m.name, "family": m.family, "budget": m.budget,
+            "method": m.name, "family": m.family, "budget": fp_budget if m.budgeted else None,
             "n_bug": int(bug.sum()), "caught": int(f[bug].sum()),
             "recall": float(f[bug].mean()) if bug.any() else float("nan"),
             "n_detectable": int(det.sum()), "caught_detectable": int(f[det].sum()),
@@ -455,8 +507,8 @@ def _summaries(checks: xr.Dataset, methods: Sequence[Method]):
 def per_category_table(result: EvalResult) -> str:
     """Detectable-bug recall per bug category (subtle / shape / gross ...) and method, as text."""
     checks = result.checks
-    names = [m.name for m in result.methods]
-    det = ((checks.kind == "bug").values & checks.detectable.values)
+    names = [str(m) for m in checks["method"].values]
+    det = (checks.kind == "bug").values & np.asarray(checks.detectable.values, dtype=bool)
     flagged = checks.score.values > 1.0
     rows = [("category", "detectable", *names)]
     cats = sorted(set(checks.category.values[det].tolist()))

@@ -78,8 +78,7 @@ def plot_error_histograms(result: "EvalResult", path: str | os.PathLike[str], dt
         bins = np.logspace(np.log10(lo) - 0.1, np.log10(v.max()) + 0.6, 40)
         ax.hist(v, bins=bins, density=False, alpha=0.6, color="C0", label="calibration runs")
         for m in result.methods:
-            thr = getattr(m, "threshold_for", None)
-            t = thr(op, dtype) if thr is not None else None
+            t = result.threshold_for(m.name, op, dtype)
             if t is not None and np.isfinite(t) and t > 0:
                 ax.axvline(t, ls="--", lw=1.2, label=f"{m.name}", color=_colour(m.name))
         tail = _gpd_tail_counts(v, bins)

@@ -5,7 +5,7 @@ tree that is not installed, name it with ``pytest -p tolstat.pytest_plugin`` (al
 harmless when installed). Usage guide: ``docs/plugin.md``.
 
 Options (command line, or ``[tool.tolstat]`` in the rootdir's ``pyproject.toml``)
---------------------------------------------------------------------------------
+---------------------------------------------------------------------------------
 ``--tolstat-table PATH`` / ``table = "..."``
     Tolerance table (``.json`` or ``.nc``); a relative ``pyproject.toml`` path is
     relative to the rootdir. Loaded once at startup: a missing, unreadable or invalid
