@@ -65,11 +65,13 @@ def _dedup_covariates(ds: xr.Dataset, cluster: str | None) -> np.ndarray:
     """One integer per run coding its covariates and labels (equal codes: equal covariates),
     which tell exact duplicate runs apart."""
     names = [c for c in covariate_names(ds) if c in ds] + [c for c in label_names(ds) if c in ds and c != cluster]
-    cols = [np.unique(np.asarray(ds[c].values), return_inverse=True)[1].ravel()
-            for c in names + ["op", "dtype", "hardware"] if c in ds]
-    if not cols:
-        return np.zeros(ds.sizes["run"], dtype=np.int64)
-    return np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)[1].ravel().astype(np.int64)
+    code = np.zeros(ds.sizes["run"], dtype=np.int64)
+    for c in names + ["op", "dtype", "hardware"]:
+        if c in ds:
+            u, inv = np.unique(np.asarray(ds[c].values), return_inverse=True)
+            # combine, then renumber densely (no overflow however many columns)
+            code = np.unique(code * np.int64(u.size) + inv.ravel(), return_inverse=True)[1].ravel()
+    return code.astype(np.int64)
 
 
 def _op_names(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray) -> tuple[list[str], np.ndarray]:
@@ -105,7 +107,7 @@ def _operator(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray
     union, use = _op_names(ds, keys, codes)
     raw = dataset_op_statistics(ds, union)
     stats = {n: np.where(use[:, j], raw[n], np.nan) for j, n in enumerate(union)}
-    glab = np.array([_label(keys[c]) for c in codes], dtype=object)
+    glab = np.array([_label(k) for k in keys], dtype=object)[codes]
     floor = {n: (1.0 if n in OP_UNIT_FLOOR else 0.0) for n in union}
     res = certify(stats, glab, cluster=_unit_labels(ds, cluster), covariates=_dedup_covariates(ds, cluster),
                   floor=floor, **_certify_kwargs(a, g, seed, pooling, norm_quantile, keys))
