@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("dataset", ("tolstat.dataset", "tolstat.errors", "tolstat.statistics", "tolstat._runs", "tolstat.io",
                  "tolstat.stream", "tolstat.collect", "tolstat.merge")),
     ("estimators", ("tolstat.estimators", "tolstat.estimators.*", "tolstat.scale", "tolstat.tail")),
-    ("selection", ("tolstat.bounds", "tolstat.certify", "tolstat.table", "tolstat.selection", "tolstat.review",
+    ("selection", ("tolstat.bounds", "tolstat.certify", "tolstat.autoselect", "tolstat.table", "tolstat.selection", "tolstat.review",
                    "tolstat.hwpolicy")),
     ("checks", ("tolstat.checks", "tolstat._fastcheck", "tolstat.pytest_plugin", "tolstat.report")),
     ("evaluate", ("tolstat._eval_tolstat", "tolstat.evaluate", "tolstat.plots",

@@ -50,7 +50,7 @@ def ds():
 
 @pytest.fixture(scope="module")
 def table(ds):
-    return tolstat.select(ds, fp_budget=0.05, confidence=0.9)
+    return tolstat.select(ds, form=None, fp_budget=0.05, confidence=0.9)
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +129,7 @@ def test_saturated_output_is_not_zero_ulp(dtype, sat, ref):
 
 
 def test_max_ulp_check_fails_a_saturated_output(ds):
-    t = tolstat.select(ds, fp_budget=0.05, confidence=0.9, statistic="max_ulp")
+    t = tolstat.select(ds, form=None, fp_budget=0.05, confidence=0.9, statistic="max_ulp")
     x = np.full(16, 1e6)
     res = tolstat.check(np.full(16, 65504, np.float16), x, op="mul3", dtype="float16", table=t)
     assert not res.passed and res.statistics["max_ulp"] == np.inf
@@ -221,20 +221,20 @@ def test_comma_in_label_value_is_kept(tmp_path):
 ])
 def test_bad_fp_budget(ds, budget, match):
     with pytest.raises(ValueError, match=match):
-        tolstat.select(ds, fp_budget=budget)
+        tolstat.select(ds, form=None, fp_budget=budget)
 
 
 def test_smallest_budget_is_accepted_but_needs_data(ds):
     # the validation accepts 1e-9; 60 runs cannot support it: NotEnoughData says how many
     with pytest.raises(tolstat.NotEnoughData, match="runs") as info:
-        tolstat.select(ds, fp_budget=_validate.MIN_BUDGET)
+        tolstat.select(ds, form=None, fp_budget=_validate.MIN_BUDGET)
     assert info.value.n_needed > 10**8
 
 
 @pytest.mark.parametrize("conf", [-1, 0, 1, 1.5])
 def test_bad_confidence(ds, conf):
     with pytest.raises(ValueError, match=f"confidence must lie strictly between 0 and 1, got {float(conf)!r}"):
-        tolstat.select(ds, fp_budget=0.05, confidence=conf)
+        tolstat.select(ds, form=None, fp_budget=0.05, confidence=conf)
 
 
 @pytest.mark.parametrize("kw,exc,match", [
@@ -446,7 +446,7 @@ def test_triplicated_runs_are_calibrated_once(ds, table):
     triple = tolstat.concat([ds, ds, ds])
     assert duplicate_runs(triple).size == 2 * ds.sizes["run"]
     with pytest.warns(DuplicateRunsWarning, match=f"{2 * ds.sizes['run']} of {3 * ds.sizes['run']} runs"):
-        t3 = tolstat.select(triple, fp_budget=0.05, confidence=0.9)
+        t3 = tolstat.select(triple, form=None, fp_budget=0.05, confidence=0.9)
     e1, e3 = table.entry("mul3", "float16"), t3.entry("mul3", "float16")
     assert e3.n == e1.n == ds.sizes["run"]
     assert e3.statistics["max_abs"].threshold == e1.statistics["max_abs"].threshold
@@ -456,7 +456,7 @@ def test_distinct_runs_are_not_duplicates(ds):
     assert duplicate_runs(ds).size == 0
     with warnings.catch_warnings():
         warnings.simplefilter("error", DuplicateRunsWarning)
-        tolstat.select(ds, fp_budget=0.05, confidence=0.9)
+        tolstat.select(ds, form=None, fp_budget=0.05, confidence=0.9)
 
 
 def test_same_seed_different_kernel_is_not_a_duplicate(ds):

@@ -70,7 +70,7 @@ def test_exact_runs_give_threshold_zero_and_exact_output_passes():
         v = rng.standard_normal(16).astype(np.float16)
         pairs.append((v, v.astype(np.float64)))
     ds = tolstat.from_pairs(pairs, op="copy", dtype="float16", hardware="cpu")
-    t = select(ds, fp_budget=0.01)
+    t = select(ds, form=None, fp_budget=0.01)
     st = t.entry("copy", "float16").statistics["max_abs"]
     assert st.threshold == 0.0 and st.method == "order_statistic"
     assert "all calibration scores at this rank are 0: any error fails" in st.reason
@@ -125,14 +125,14 @@ def test_conformal_calibration_rank():
 def test_tail_model_min_runs_and_extrapolation_boundaries():
     x = np.random.default_rng(1).exponential(size=100)
     # n == min_tail_runs is enough, one more required is not
-    assert calibrate(x, 1e-3, tail=TailOptions(min_tail_runs=100)).method == "evt"
+    assert calibrate(x, 1e-3, method="evt", tail=TailOptions(min_tail_runs=100)).method == "evt"
     with pytest.raises(ValueError, match="n = 100 < 101 runs required for a tail model"):
-        calibrate(x, 1e-3, tail=TailOptions(min_tail_runs=101))
+        calibrate(x, 1e-3, method="evt", tail=TailOptions(min_tail_runs=101))
     # 1/(budget*n) = 10 exactly: allowed at max_extrapolation = 10, refused just below
     assert 1.0 / (1e-3 * 100) == 10.0
-    assert calibrate(x, 1e-3, tail=TailOptions(max_extrapolation=10.0)).method == "evt"
+    assert calibrate(x, 1e-3, method="evt", tail=TailOptions(max_extrapolation=10.0)).method == "evt"
     with pytest.raises(ValueError, match="lies 10x beyond the data"):
-        calibrate(x, 1e-3, tail=TailOptions(max_extrapolation=9.999))
+        calibrate(x, 1e-3, method="evt", tail=TailOptions(max_extrapolation=9.999))
 
 
 def test_tail_threshold_is_floored_at_the_sample_maximum():
@@ -141,13 +141,13 @@ def test_tail_threshold_is_floored_at_the_sample_maximum():
     from tolstat.estimators import bootstrap_return_level_bound
 
     x = np.random.default_rng(0).exponential(size=60)
-    c = calibrate(x, 0.04, 0.95, tail=TailOptions(bound="bootstrap", n_resamples=300))
+    c = calibrate(x, 0.04, 0.95, method="evt", tail=TailOptions(bound="bootstrap", n_resamples=300))
     raw = bootstrap_return_level_bound(x, 0.04, confidence=0.95, n_resamples=300, method="percentile",
                                        resampling="parametric", seed=0)
     assert c.method == "evt" and raw.bound < x.max()
     assert c.threshold == x.max()
     # and a bound beyond the data is kept as is
-    c2 = calibrate(x, 0.04, 0.95)
+    c2 = calibrate(x, 0.04, 0.95, method="evt")
     assert c2.threshold > x.max()
 
 
@@ -376,13 +376,13 @@ def test_calibration_records_every_field():
     assert c.threshold == xs[int(np.ceil(401 * 0.99)) - 1] and c.estimate == np.quantile(x, 0.99, method="higher")
     assert c.reason == ("split conformal: 397-th smallest of 400 scores; marginal guarantee P(new score > "
                         "threshold) <= budget averaged over calibration sets (no confidence level)")
-    c = calibrate(x, 1e-3, 0.95)
+    c = calibrate(x, 1e-3, 0.95, method="evt")
     _expect_common(c, x, 1e-3, 0.95, "evt")
     t = c.tail
     rl = t["u"] + t["sigma"] / t["xi"] * ((t["zeta"] / 1e-3) ** t["xi"] - 1)
     assert c.estimate == pytest.approx(rl, rel=1e-10) and c.threshold > c.estimate
     k = int(round(t["zeta"] * 400))
-    assert c.reason.startswith(f"evt: n = 400 < 2995 runs for the order statistic; GPD tail over the top {k} of "
+    assert c.reason.startswith(f"evt (model-based, no finite-sample guarantee): n = 400 < 2995 runs for the order statistic; GPD tail over the top {k} of "
                                f"400 scores (xi = {t['xi']:.3g}, KS p = {t['gof_p']:.2g}); threshold = ")
     assert c.reason.endswith(f"(point estimate {rl:.6g}), extrapolating 2.5x beyond the data")
 
@@ -406,7 +406,7 @@ def test_conservative_tail_bound_is_the_documented_formula(dist):
     x = {"exponential": rng.exponential(size=600), "lognormal": rng.lognormal(0.0, 0.6, 600),
          "beta": rng.beta(2.0, 5.0, 600)}[dist]
     a, g = 1e-3, 0.9
-    c = calibrate(x, a, g)
+    c = calibrate(x, a, g, method="evt")
     assert c.method == "evt"
     u, sigma, xi, zeta = (c.tail[k] for k in ("u", "sigma", "xi", "zeta"))
     y = np.sort(x)[np.sort(x) > u] - u

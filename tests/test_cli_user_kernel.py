@@ -121,7 +121,7 @@ def test_check_reads_low_precision_npy(tmp_path, capsys, dtype, npdt):
 
     ds = tolstat.collect(kern, ref, make, op="double", dtype=dtype, runs=60, hardware="hw")
     table = tmp_path / "t.json"
-    tolstat.select(ds, fp_budget=0.1, confidence=0.5, by=("op", "dtype")).to_json(table)
+    tolstat.select(ds, form=None, fp_budget=0.1, confidence=0.5, by=("op", "dtype")).to_json(table)
     x = rng.standard_normal(64)
     np.save(tmp_path / "a.npy", kern(x))
     np.save(tmp_path / "e.npy", ref(x))
@@ -172,7 +172,7 @@ def test_low_precision_through_dlpack_alone(name):
     ds = tolstat.from_pairs([(_OnlyDLPack(r.to(dt)), r) for r in refs], op="id", dtype=name,
                             hardware="hw")
     assert ds.sizes["run"] == 40 and float(ds.max_abs.max()) > 0
-    table = tolstat.select(ds, fp_budget=0.1, confidence=0.5, by=("op", "dtype"))
+    table = tolstat.select(ds, form=None, fp_budget=0.1, confidence=0.5, by=("op", "dtype"))
     res = tolstat.check(_OnlyDLPack(out), ref, op="id", dtype=name, table=table)
     assert res.dtype == name
     bad = tolstat.check(_OnlyDLPack((ref * 1.5).to(dt)), ref, op="id", dtype=name, table=table)

@@ -106,7 +106,8 @@ def test_cli_evaluate_too_few_calibration_runs(tmp_path, capsys):
                "-o", str(tmp_path), "--no-plots", "--no-progress"])
     assert rc == 0
     captured = capsys.readouterr()
-    assert "skipping 'tolstat max_abs'" in captured.err and "Collect at least" in captured.err
+    assert "skipping 'tolstat max_abs'" in captured.err and "needs n >= 299" in captured.err
+    assert "skipping 'tolstat default'" in captured.err and "299 needed" in captured.err
     table = captured.out.split("not compared")[0]
     assert "torch defaults" in table and "tolstat max_abs" not in table
     assert "not compared" in captured.out

@@ -22,12 +22,12 @@ def tables():
     out = {}
     for dt, np_dt in (("float16", np.float16), ("bfloat16", ml_dtypes.bfloat16), ("float32", np.float32)):
         pairs = []
-        for _ in range(120):
+        for _ in range(200):  # >= 146 runs: the order statistic at budget 0.025, confidence 0.975
             e = rng.standard_normal(64)
             pairs.append((e.astype(np_dt), e))
         ds = tolstat.from_pairs(pairs, op="add", dtype=dt)
         for stats in (["max_abs"], ["max_rel", "bias"], ["max_abs", "bias"]):
-            out[dt, tuple(stats)] = tolstat.select(ds, fp_budget=0.05, statistic=stats)
+            out[dt, tuple(stats)] = tolstat.select(ds, form=None, fp_budget=0.05, statistic=stats)
     return out
 
 
@@ -70,10 +70,16 @@ def test_fast_path_equals_general_path(tables, dt, np_dt, stats, scale):
     fast = fast_check(a, e, ent, None)
     assert fast is not None
     ref = _general(a, e, dt, table)
-    _same(fast, ref)
+    if fast["passed"]:  # a fast pass is final and equals the general path
+        _same(fast, ref)
+        assert tolstat.check(a, e, op="add", dtype=dt, table=table) == tolstat.CheckResult(**fast)
+    else:  # a fast failure is re-checked on the general path (correctly rounded elements pass)
+        assert tolstat.check(a, e, op="add", dtype=dt, table=table) == ref
+    assert ref.passed or not fast["passed"]  # the fast path never passes what the general path fails
     if scale != 1.0:
-        assert not ref.passed and ref.n_exceeding > 0
-    assert tolstat.check(a, e, op="add", dtype=dt, table=table) == tolstat.CheckResult(**fast)
+        assert not ref.passed and ref.n_exceeding > 0 and not fast["passed"]
+    elif "bias" not in stats:  # a correctly rounded output always passes a max-error check
+        assert ref.passed
 
 
 def test_fast_path_ties_noncontiguous_and_float32_reference(tables):
@@ -106,7 +112,7 @@ def test_unsupported_entries_take_the_general_path(tables):
     rng = np.random.default_rng(2)
     pairs = [(e.astype(np.float16), e) for e in rng.standard_normal((100, 32))]
     ds = tolstat.from_pairs(pairs, op="add", dtype="float16")
-    table = tolstat.select(ds, fp_budget=0.05, statistic="max_ulp")
+    table = tolstat.select(ds, form=None, fp_budget=0.05, statistic="max_ulp")
     e = rng.standard_normal(32)
     assert fast_check(e.astype(np.float16), e, table.entry("add", "float16"), None) is None
     assert tolstat.check(e.astype(np.float16), e, op="add", dtype="float16", table=table).passed

@@ -17,8 +17,11 @@ def test_calibrate_names_runs_needed():
         calibrate(x, 0.05, 0.95, method="order_statistic")
     assert ei.value.n == 40 and ei.value.n_needed == 59
     assert isinstance(ei.value, ValueError)
+    with pytest.raises(NotEnoughData, match="never|model-based") as ei:
+        calibrate(x, 0.001, 0.95)  # auto: the order statistic or a refusal, never the tail model
+    assert ei.value.n_needed == math.ceil(math.log(0.05) / math.log(1 - 0.001))
     with pytest.raises(NotEnoughData, match="tail model was refused") as ei:
-        calibrate(x, 0.001, 0.95)
+        calibrate(x, 0.001, 0.95, method="evt")
     assert ei.value.n_needed == math.ceil(math.log(0.05) / math.log(1 - 0.001))
     with pytest.raises(NotEnoughData, match="split-conformal") as ei:
         calibrate(x, 0.01, method="conformal")
@@ -54,10 +57,10 @@ def small(tmp_path_factory):
 
 
 def test_skip_catches_only_not_enough_data(small):
-    t = tolstat.select(small, fp_budget=0.01, on_error="skip")
+    t = tolstat.select(small, form=None, fp_budget=0.01, on_error="skip")
     assert t.data["method"].values[0, 0] == "refused"
     with pytest.raises(NotEnoughData, match=r"group \(mul3, float16, cpu\)"):
-        tolstat.select(small, fp_budget=0.01)
+        tolstat.select(small, form=None, fp_budget=0.01)
     # a missing covariate is a configuration error: raised even with on_error="skip"
     with pytest.raises(ValueError, match="'nope'"):
         tolstat.select(small, fp_budget=0.5, form="normalised", on_error="skip",

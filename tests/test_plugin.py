@@ -286,7 +286,7 @@ def test_hardware_policy_in_the_plugin(pytester, hw_table_path):
 def test_suite_table_is_the_order_statistic_at_the_split_budget(cal_data):
     from tolstat.pytest_plugin import suite_table
 
-    base = select(cal_data, fp_budget=0.01, by=("op", "dtype"))
+    base = select(cal_data, form=None, fp_budget=0.01, by=("op", "dtype"))
     t = suite_table(base, 0.01, 4)
     assert t.fp_budget == 0.0025
     e = t.entry("mul3", "float16")

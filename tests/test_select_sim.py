@@ -35,7 +35,8 @@ def _run(n: int, a: float, fam: str) -> tuple[int, int, int, list[float], set[st
     for i in range(R):
         x = draw(rng, n)
         try:
-            c = calibrate(x, a, G, seed=i)
+            c = calibrate(x, a, G, method="order_statistic" if n >= order_statistic_min_n(1 - a, G) else "evt",
+                          seed=i)  # the model-based path below the minimum, explicitly
         except NotEnoughData as exc:
             refused += 1
             why.append(str(exc))
@@ -82,7 +83,7 @@ def test_lattice_refused_beyond_data_and_never_sample_max():
     assert x.max() < 20  # the sample maximum exists and would be a (wrong) threshold
     with pytest.raises(ValueError, match=r"needs n >= 2995 runs .*have n = 100; the tail model was refused: "
                                          r"only \d+ distinct values above the tail threshold"):
-        calibrate(x, 1e-3, 0.95)
+        calibrate(x, 1e-3, 0.95, method="evt")
 
 
 def test_select_thresholds_are_per_group_order_statistics():
@@ -95,7 +96,7 @@ def test_select_thresholds_are_per_group_order_statistics():
     pairs = {hw: [(np.float16([v]), np.array([0.0])) for v in np.abs(rng.standard_normal(n)) * (1 + 3 * i)]
              for i, (hw, n) in enumerate(sizes.items())}
     ds = tolstat.concat([tolstat.from_pairs(p, op="id", dtype="float16", hardware=hw) for hw, p in pairs.items()])
-    t = select(ds, fp_budget=0.02)
+    t = select(ds, form=None, fp_budget=0.02)
     thr = {}
     for hw, n in sizes.items():
         x = np.sort(np.array([float(a[0]) for a, _ in pairs[hw]]))

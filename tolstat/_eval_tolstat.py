@@ -14,6 +14,9 @@ def tolstat_methods() -> list[Rule]:
     at its ``fp_budget`` and ``confidence`` (:class:`tolstat.comparison.SelectRule`).
     """
     return [
+        # the default call (form "auto"); the calibration runs are the same inputs through several
+        # correct variants: each case is one unit
+        SelectRule("tolstat default", form="auto", cluster="case"),
         SelectRule("tolstat max_abs"),
         SelectRule("tolstat allclose", form="allclose"),
         SelectRule("tolstat size-aware", form="size_aware"),

@@ -95,4 +95,5 @@ def fast_check(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry,
         n_elements=n, n_exceeding=r.n_exceeding, n_nonfinite=0, atol=atol, rtol=rtol,
         fp_budget=ent.fp_budget, confidence=ent.confidence,
         methods={k: ent.statistics[k].method for k in values}, n_calibration=ent.n,
+        guarantee=str((ent.certificate or {}).get("guarantee", "")),
     )

@@ -128,7 +128,8 @@ class Exceedance:
 
 
 # --------------------------------------------------------------------------- budget
-def split_budget(suite_budget: float, n_checks: int, *, method: str = "sidak") -> float:
+def split_budget(suite_budget: float, n_checks: int, *, method: str = "bonferroni",
+                 independent: bool = False) -> float:
     """Per-check false-positive budget so that a suite of ``n_checks`` keeps ``suite_budget``.
 
     Parameters
@@ -137,10 +138,12 @@ def split_budget(suite_budget: float, n_checks: int, *, method: str = "sidak") -
         Acceptable probability that *any* of the checks of a correct suite fails.
     n_checks : int
         Number of checks in the suite.
-    method : {"sidak", "bonferroni"}
-        ``"bonferroni"``: ``a / N`` (union bound, valid under any dependence);
-        ``"sidak"``: ``1 - (1 - a)**(1/N)`` (exact for independent checks, slightly
-        larger; valid for positively dependent ones).
+    method : {"bonferroni", "sidak"}
+        ``"bonferroni"`` (default): ``a / N``, the union bound, valid under any
+        dependence. ``"sidak"``: ``1 - (1 - a)**(1/N)``, *not* a union bound: exact for
+        independent checks, so it is allowed only with ``independent=True``.
+    independent : bool, default False
+        The caller states that the checks are independent (required by ``"sidak"``).
 
     Returns
     -------
@@ -150,7 +153,7 @@ def split_budget(suite_budget: float, n_checks: int, *, method: str = "sidak") -
     --------
     >>> split_budget(0.01, 100, method="bonferroni")
     0.0001
-    >>> round(split_budget(0.01, 100), 8)
+    >>> round(split_budget(0.01, 100, method="sidak", independent=True), 8)
     0.0001005
     """
     a = _unit("suite_budget", suite_budget)
@@ -160,8 +163,11 @@ def split_budget(suite_budget: float, n_checks: int, *, method: str = "sidak") -
     if method == "bonferroni":
         return a / n
     if method == "sidak":
+        if not independent:
+            raise ValueError("method='sidak' is not a union bound: it holds only for independent checks; pass "
+                             "independent=True to state that, or use method='bonferroni'")
         return -math.expm1(math.log1p(-a) / n)
-    raise ValueError(f"method must be 'sidak' or 'bonferroni', got {method!r}")
+    raise ValueError(f"method must be 'bonferroni' or 'sidak', got {method!r}")
 
 
 # --------------------------------------------------------------------------- calibration
@@ -304,7 +310,7 @@ def tail_threshold(x: np.ndarray, a: float, g: float, fitted: TailFit, top: np.n
     else:
         bound, how = _conservative_tail_bound(x, tail, a, g)
     thr = max(bound, float(x.max()))
-    reason = (f"evt: n = {n} < {nmin} runs for the order statistic; GPD tail over the top "
+    reason = (f"evt (model-based, no finite-sample guarantee): n = {n} < {nmin} runs for the order statistic; GPD tail over the top "
               f"{k} of {n} scores (xi = {tail['xi']:.3g}, KS p = {tail['gof_p']:.2g}); "
               f"threshold = {how} of the return level at exceedance probability {a:g} (point estimate "
               f"{est:.6g}), extrapolating {extrap:.3g}x beyond the data")
@@ -367,5 +373,5 @@ def exceedance_probability(value: float, cal: Any) -> Exceedance:
         if pr == 0.0:
             return Exceedance(0.0, (f"{beyond}; above the endpoint {u - s / xi:.4g} of the fitted bounded GPD tail "
                          f"(xi = {xi:.3g}): the model gives no correct run this large"))
-        return Exceedance(pr, f"{beyond}; GPD tail extrapolation (xi = {xi:.3g})")
+        return Exceedance(pr, f"{beyond}; GPD tail extrapolation (model-based, xi = {xi:.3g})")
     return Exceedance(1.0 / (n + 1), f"{beyond}; no tail model: probability < 1/(n+1)")

@@ -59,6 +59,7 @@ import numpy as np
 from scipy import stats as _st
 
 from ._util import NotEnoughData
+from .noise import combined_score
 from .estimators.orderstat import (
     conformal_min_n,
     conformal_rank,
@@ -189,13 +190,15 @@ def _covariate_columns(covariates: Any, n: int) -> list[list[Any]]:
         cols = []
         for v in covariates.values():
             if isinstance(v, np.ndarray) and v.ndim == 1:
-                cols.append(v.astype(object))
+                cols.append(v if v.dtype.kind in "iub" else v.astype(object))
                 continue
             lst = list(v)
             c = np.empty(len(lst), dtype=object)
             for i, x in enumerate(lst):
                 c[i] = x
             cols.append(c)
+    elif isinstance(covariates, np.ndarray) and covariates.ndim == 1 and covariates.dtype.kind in "iub":
+        cols = [covariates]
     else:
         a = np.asarray(covariates, dtype=object)
         a = a[:, None] if a.ndim == 1 else a
@@ -205,7 +208,12 @@ def _covariate_columns(covariates: Any, n: int) -> list[list[Any]]:
     for c in cols:
         if c.size != n:
             raise ValueError(f"covariates have {c.size} runs, stats have {n}")
-    return [[_hashable(x) for x in c] for c in cols]
+    return [c.tolist() if _is_int_column(c) else [_hashable(x) for x in c] for c in cols]
+
+
+def _is_int_column(c: np.ndarray) -> bool:
+    """An integer/bool column (hashable as is: the fast path for coded covariates)."""
+    return isinstance(c, np.ndarray) and c.dtype.kind in "iub"
 
 
 def _hashable(x: Any) -> Any:
@@ -386,31 +394,7 @@ def score(stats: Any, normalisers: Mapping[str, float], *, which: bool = False) 
         ``+inf`` when a statistic is infinite (non-finite output).
     names : ndarray of str, only with ``which=True``
     """
-    if not isinstance(stats, Mapping):
-        raise TypeError(f"stats must be a mapping statistic name -> values, got {type(stats).__name__}")
-    if not normalisers:
-        raise ValueError("normalisers is empty")
-    missing = [k for k in normalisers if k not in stats]
-    if missing:
-        raise ValueError(f"stats lacks the normalised statistics {missing}")
-    keys = list(normalisers)
-    q = np.array([float(normalisers[k]) for k in keys])
-    if not np.all(np.isfinite(q) & (q > 0)):
-        raise ValueError(f"normalisers must be finite and > 0, got {dict(normalisers)}")
-    cols = np.broadcast_arrays(*[np.asarray(stats[k], dtype=np.float64) for k in keys])
-    shape = cols[0].shape
-    m = np.stack([c.ravel() for c in cols], axis=1) / q
-    allnan = np.isnan(m).all(axis=1)
-    filled = np.where(np.isnan(m), -np.inf, m)
-    idx = np.argmax(filled, axis=1)
-    s = filled[np.arange(m.shape[0]), idx]
-    s[allnan] = np.nan
-    s = s.reshape(shape)
-    if which:
-        nm = np.asarray(keys, dtype=object)[idx]
-        nm[allnan] = ""
-        return s, nm.reshape(shape)
-    return s
+    return combined_score(stats, normalisers, which=which)
 
 
 def union_budget(total: float, k: int, *, method: str = "bonferroni", independent: bool = False) -> float:
@@ -597,6 +581,7 @@ def certify(
     max_fit: int = 200,
     norm_quantile: float = 0.9,
     on_refusal: str = "raise",
+    pool_normalisers: str = "shared",
 ) -> CertifyResult:
     """Thresholds on the combined score ``S = max_j T_j / q_j`` for many groups at once.
 
@@ -651,6 +636,13 @@ def certify(
     on_refusal : {"raise", "record"}
         Raise the first :class:`NotEnoughData`, or record refusals in
         :attr:`CertifyResult.refused`.
+    pool_normalisers : {"shared", "own"}
+        ``"shared"`` (default): a pool's normalisers are fitted on the union of small
+        fitting parts of its members, and pooled scores are comparable as far as the
+        statistics are. ``"own"``: each member's scores use its own normalisers (fitted on
+        its own fitting part A, the scores from its part B), so pooled scores are in units
+        of each group's own spread; exchangeability is tested in those units. Use it when
+        the statistics differ in scale between groups (e.g. different operators).
 
     Returns
     -------
@@ -692,9 +684,37 @@ def certify(
     if on_refusal not in ("raise", "record"):
         raise ValueError(f"on_refusal must be 'raise' or 'record', got {on_refusal!r}")
     _unit_interval("pool_alpha", pool_alpha)
+    if pool_normalisers not in ("shared", "own"):
+        raise ValueError(f"pool_normalisers must be 'shared' or 'own', got {pool_normalisers!r}")
+    m, names = _checked_stats(stats)
+    glab, clab, cov = _labels(group, cluster, covariates, m.shape[0])
+    floors = _per_stat("floor", floor, names, 0.0)
+    if (floors < 0).any():
+        raise ValueError(f"floor must be >= 0, got {floor!r}")
+    ctx = _Ctx(a=a, g=g, rule=rule, names=names, floors=floors, uppers=_per_stat("upper", upper, names, math.inf),
+               clusters_declared=clab is not None, seed=seed, norm_quantile=norm_quantile,
+               own_pool=pooling and pool_normalisers == "own")
+    ctx.info = _group_infos(ctx, m, glab, clab, cov, pool_by, fit_fraction, min_fit, max_fit)
+    small = _own_thresholds(ctx)
+    if small and pooling and rule == "order_statistic":
+        keys = {gname: ctx.info[gname]["key"] for gname in ctx.info}
+        for key in dict.fromkeys(keys[s] for s in small):
+            _pool(ctx, [gn for gn in ctx.info if keys[gn] == key and not ctx.info[gn]["exact"]],
+                  [s for s in small if keys[s] == key], min_fit=min_fit, min_pool=min_pool,
+                  min_test_units=min_test_units, pool_alpha=pool_alpha, own=pool_normalisers == "own")
+    else:
+        for s in small:
+            _refuse_unpooled(ctx, s, pooling)
+    if ctx.refused and on_refusal == "raise":
+        raise next(iter(ctx.refused.values()))
+    ordered = {gn: ctx.certs[gn] for gn in ctx.info if gn in ctx.certs}
+    return CertifyResult(ordered, {gn: ctx.refused[gn] for gn in ctx.info if gn in ctx.refused}, a, g, rule)
+
+
+def _checked_stats(stats: Any) -> tuple[np.ndarray, tuple[str, ...]]:
+    """The statistics matrix, rejecting empty, infinite and negative values."""
     m, names = _as_matrix(stats)
-    n = m.shape[0]
-    if n == 0:
+    if m.shape[0] == 0:
         raise ValueError("stats has no runs")
     if np.isinf(m).any():
         bad = names[int(np.flatnonzero(np.isinf(m).any(axis=0))[0])]
@@ -702,6 +722,11 @@ def certify(
                          "a non-finite output; calibration runs must be correct")
     if (m < 0).any():
         raise ValueError("statistics must be nonnegative (use |bias| or a one-sided statistic)")
+    return m, names
+
+
+def _labels(group: Any, cluster: Any, covariates: Any, n: int) -> tuple[np.ndarray, Any, Any]:
+    """Group labels, cluster labels and the covariate matrix, validated against ``n`` runs."""
     glab = np.full(n, "all", dtype=object) if group is None else np.asarray(group, dtype=object)
     if glab.ndim != 1:
         raise ValueError(f"group must be one label per run (1-D; join multi-key labels into one string), "
@@ -712,204 +737,262 @@ def certify(
     if clab is not None and clab.size != n:
         raise ValueError(f"cluster has {clab.size} labels for {n} runs")
     cov = None
-    if covariates is not None:
+    if isinstance(covariates, np.ndarray) and covariates.ndim == 1 and covariates.dtype.kind in "iub":
+        if covariates.size != n:
+            raise ValueError(f"covariates have {covariates.size} runs, stats have {n}")
+        cov = covariates  # coded covariates: kept as integers (fast path)
+    elif covariates is not None:
         cc = _covariate_columns(covariates, n)
         cov = np.empty((n, len(cc)), dtype=object)
         for j, c in enumerate(cc):
             for i, x in enumerate(c):
                 cov[i, j] = x
-    floors = _per_stat("floor", floor, names, 0.0)
-    if (floors < 0).any():
-        raise ValueError(f"floor must be >= 0, got {floor!r}")
-    uppers = _per_stat("upper", upper, names, math.inf)
-    p = 1.0 - a
-    nmin = order_statistic_min_n(p, g) if rule == "order_statistic" else conformal_min_n(a)
+    return glab, clab, cov
 
-    @functools.lru_cache(maxsize=None)
-    def rank_of(k: int) -> int:
-        if rule == "order_statistic":
-            return int(order_statistic_rank(k, p, g)[0])
-        return int(conformal_rank(k, a)[0])
 
-    # ---- per group: units, active statistics, split, own normalisers
+@dataclass
+class _Ctx:
+    """Shared state of one :func:`certify` call."""
+
+    a: float
+    g: float
+    rule: str
+    names: tuple[str, ...]
+    floors: np.ndarray
+    uppers: np.ndarray
+    clusters_declared: bool
+    seed: int
+    norm_quantile: float
+    own_pool: bool = False
+    info: dict[str, dict[str, Any]] = field(default_factory=dict)
+    certs: dict[str, GroupCertificate] = field(default_factory=dict)
+    refused: dict[str, NotEnoughData] = field(default_factory=dict)
+    _ranks: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def nmin(self) -> int:
+        p = 1.0 - self.a
+        return order_statistic_min_n(p, self.g) if self.rule == "order_statistic" else conformal_min_n(self.a)
+
+    def rank_of(self, k: int) -> int:
+        if k not in self._ranks:
+            self._ranks[k] = (int(order_statistic_rank(k, 1.0 - self.a, self.g)[0]) if self.rule == "order_statistic"
+                              else int(conformal_rank(k, self.a)[0]))
+        return self._ranks[k]
+
+    def need(self, d: dict[str, Any]) -> int:
+        """Units the group alone would need: B's minimum plus the smallest fitting part (1)."""
+        return self.nmin + (0 if d["v"].shape[1] <= 1 else 1)
+
+    def refuse(self, gname: str, msg: str, need: int) -> None:
+        self.refused[gname] = NotEnoughData(f"group {gname}: {msg}", n_needed=int(need), group=gname)
+
+
+def _group_infos(ctx: _Ctx, m: np.ndarray, glab: np.ndarray, clab: Any, cov: Any, pool_by: Any,
+                 fit_fraction: float, min_fit: int, max_fit: int) -> dict[str, dict[str, Any]]:
+    """Per group: units, active statistics, the A/B split and its own normalisers."""
     info: dict[str, dict[str, Any]] = {}
-    order = list(dict.fromkeys(glab.tolist()))
-    for gname in order:
+    nmin = ctx.nmin
+    for gname in dict.fromkeys(glab.tolist()):
         sel = glab == gname
         u = collapse(m[sel], cluster=None if clab is None else clab[sel],
-                     covariates=None if cov is None else cov[sel], names=names)
+                     covariates=None if cov is None else cov[sel], names=ctx.names)
         active = ~np.isnan(u.values).all(axis=0)
         v = u.values[:, active]
         if np.isnan(v).all(axis=1).any():
             raise ValueError(f"group {gname}: {int(np.isnan(v).all(axis=1).sum())} unit(s) have no applicable "
                              "statistic (all NaN)")
-        an = tuple(str(x) for x in np.asarray(names)[active])
-        exact = bool(np.nanmax(v) == 0.0)
+        an = tuple(str(x) for x in np.asarray(ctx.names)[active])
         nA = fit_size(u.n, v.shape[1], nmin, fit_fraction=fit_fraction, min_fit=min_fit, max_fit=max_fit)
-        iA, iB = split_units(u.n, nA, seed)
-        fl = floors[active]
+        if ctx.own_pool and u.n - 1 < nmin and u.n >= 2:
+            # a small group may pool with its own normalisers: they must come from units that
+            # do not give its pooled scores (even for one statistic), and enough of them (a
+            # third) that their noise does not make exchangeable groups look different
+            nA = max(nA, 1, min(max_fit, u.n // 3))
+        iA, iB = split_units(u.n, nA, ctx.seed)
         fitpart = v if nA == 0 else v[iA]
-        q = fit_normalisers(fitpart, quantile=norm_quantile, resolution=dict(zip(an, fl)), names=an)
-        info[str(gname)] = dict(units=u, v=v, names=an, active=active, exact=exact, iA=iA, iB=iB, q=q,
-                                key=None if pool_by is None else pool_by.get(gname, pool_by.get(str(gname))))
+        q = fit_normalisers(fitpart, quantile=ctx.norm_quantile, resolution=dict(zip(an, ctx.floors[active])),
+                            names=an)
+        info[str(gname)] = dict(units=u, v=v, names=an, active=active, exact=bool(np.nanmax(v) == 0.0), iA=iA,
+                                iB=iB, q=q, key=None if pool_by is None else pool_by.get(gname, pool_by.get(str(gname))))
+    return info
 
-    certs: dict[str, GroupCertificate] = {}
-    refused: dict[str, NotEnoughData] = {}
-    clusters_declared = clab is not None
 
-    def finish(gname: str, raw: float, method: str, guarantee: str, q: np.ndarray, an: tuple[str, ...],
-               rank: int, n_scores: int, reason: str, pool: tuple[str, ...] = (), pool_p: float = math.nan,
-               split: tuple[int, int] | None = None) -> None:
-        d = info[gname]
-        n_fit, n_cal = split if split is not None else (int(d["iA"].size), int(d["iB"].size))
-        act = d["active"]
-        fl = floors[act]
-        s_floor = float(np.max(fl / q))
-        thr = max(raw, s_floor)
-        flags = []
-        if thr > raw:
-            flags.append("floor_raised")
-            reason += f"; raised from {raw:.6g} to the resolution floor {s_floor:.6g}"
-        up = uppers[act] / q
-        unreach = tuple(nm for nm, uq in zip(an, up) if thr >= uq)
-        flags += [f"unreachable:{nm}" for nm in unreach]
-        if unreach:
-            never = len(unreach) == len(an)
-            if never:
-                flags.append("never_fails")
-            msg = (f"group {gname}: threshold {thr:.6g} on the combined score is at or above the largest value "
-                   f"that {', '.join(unreach)} can reach ({', '.join(f'{nm}: {uq:.6g}' for nm, uq in zip(an, up) if thr >= uq)}"
-                   f" after normalisation): {'the check can never fail' if never else 'those statistics can never fail the check'}")
-            warnings.warn(msg, UnreachableThresholdWarning, stacklevel=3)
-            reason += "; " + msg
-        u = d["units"]
-        certs[gname] = GroupCertificate(
-            group=gname, threshold=float(thr), method=method, guarantee=guarantee, fp_budget=a, confidence=g,
-            normalisers={str(nm): float(x) for nm, x in zip(an, q)}, floor=s_floor, n_runs=u.n_runs, n_units=u.n,
-            n_duplicates=u.n_duplicates, n_clusters=u.n_clusters, n_fit=n_fit,
-            n_cal=n_cal, rank=int(rank), n_scores=int(n_scores), pool=pool, pool_p=pool_p,
-            reason=reason, flags=tuple(flags), unreachable=unreach)
+def _finish(ctx: _Ctx, gname: str, raw: float, method: str, guarantee: str, q: np.ndarray, an: tuple[str, ...],
+            rank: int, n_scores: int, reason: str, pool: tuple[str, ...] = (), pool_p: float = math.nan,
+            split: tuple[int, int] | None = None) -> None:
+    """Apply the floor, flag unreachable statistics and record the group's certificate."""
+    d = ctx.info[gname]
+    n_fit, n_cal = split if split is not None else (int(d["iA"].size), int(d["iB"].size))
+    act = d["active"]
+    s_floor = float(np.max(ctx.floors[act] / q))
+    thr = max(raw, s_floor)
+    flags = []
+    if thr > raw:
+        flags.append("floor_raised")
+        reason += f"; raised from {raw:.6g} to the resolution floor {s_floor:.6g}"
+    up = ctx.uppers[act] / q
+    unreach = tuple(nm for nm, uq in zip(an, up) if thr >= uq)
+    flags += [f"unreachable:{nm}" for nm in unreach]
+    if unreach:
+        never = len(unreach) == len(an)
+        if never:
+            flags.append("never_fails")
+        msg = (f"group {gname}: threshold {thr:.6g} on the combined score is at or above the largest value "
+               f"that {', '.join(unreach)} can reach ({', '.join(f'{nm}: {uq:.6g}' for nm, uq in zip(an, up) if thr >= uq)}"
+               f" after normalisation): {'the check can never fail' if never else 'those statistics can never fail the check'}")
+        warnings.warn(msg, UnreachableThresholdWarning, stacklevel=4)
+        reason += "; " + msg
+    u = d["units"]
+    ctx.certs[gname] = GroupCertificate(
+        group=gname, threshold=float(thr), method=method, guarantee=guarantee, fp_budget=ctx.a, confidence=ctx.g,
+        normalisers={str(nm): float(x) for nm, x in zip(an, q)}, floor=s_floor, n_runs=u.n_runs, n_units=u.n,
+        n_duplicates=u.n_duplicates, n_clusters=u.n_clusters, n_fit=n_fit,
+        n_cal=n_cal, rank=int(rank), n_scores=int(n_scores), pool=pool, pool_p=pool_p,
+        reason=reason, flags=tuple(flags), unreachable=unreach)
 
-    def need(d: dict[str, Any]) -> int:
-        """Units the group alone would need: B's minimum plus the smallest fitting part (1)."""
-        return nmin + (0 if d["v"].shape[1] <= 1 else 1)
 
-    def refuse(gname: str, msg: str, need: int) -> None:
-        refused[gname] = NotEnoughData(f"group {gname}: {msg}", n_needed=int(need), group=gname)
-
+def _own_thresholds(ctx: _Ctx) -> list[str]:
+    """Certify every group that can stand alone (exact or enough units); return the others."""
+    a, g, nmin, rule = ctx.a, ctx.g, ctx.nmin, ctx.rule
     small: list[str] = []
-    for gname, d in info.items():
+    for gname, d in ctx.info.items():
         u, v, iB, q, an = d["units"], d["v"], d["iB"], d["q"], d["names"]
         nB = iB.size
-        if d["exact"] and d["iB"].size < nmin:
-            finish(gname, 0.0, "exact", (
+        if d["exact"] and nB < nmin:
+            _finish(ctx, gname, 0.0, "exact", (
                 f"no probabilistic promise: all {u.n} independent units had every statistic exactly 0 (an exact op); "
                 "the threshold is the resolution floor, so a correctly rounded output passes and any error above "
                 "the floor fails"), q, an, 0, 0,
                 f"exact: all {u.n} units exactly 0; {nmin} would be needed for the {rule.replace('_', ' ')}")
             continue
-        if nB >= nmin:
-            s = np.nanmax(v[iB] / q, axis=1)
-            r = rank_of(nB)
-            thr = float(np.sort(s)[r - 1])
-            if rule == "order_statistic":
-                guar = _guarantee_pac(a, g, nB, r, clusters=clusters_declared)
-                reason = (f"order statistic: {nB} calibration units >= {nmin} needed for budget {a:g} at "
-                          f"confidence {g:g}; {int(d['iA'].size)} units fitted the normalisers")
-            else:
-                guar = (f"marginal (split conformal): P(check of a new correct run fails) <= {a:g} averaged over "
-                        "calibration sets; no confidence level; assumes exchangeable units")
-                reason = f"split conformal: rank ceil((n+1)(1-a)) = {r} of {nB} scores"
-            finish(gname, thr, rule, guar, q, an, r, nB, reason)
+        if nB < nmin:
+            small.append(gname)
             continue
-        small.append(gname)
+        s = np.nanmax(v[iB] / q, axis=1)
+        r = ctx.rank_of(nB)
+        thr = float(np.sort(s)[r - 1])
+        if rule == "order_statistic":
+            guar = _guarantee_pac(a, g, nB, r, clusters=ctx.clusters_declared)
+            reason = (f"order statistic: {nB} calibration units >= {nmin} needed for budget {a:g} at "
+                      f"confidence {g:g}; {int(d['iA'].size)} units fitted the normalisers")
+        else:
+            guar = (f"marginal (split conformal): P(check of a new correct run fails) <= {a:g} averaged over "
+                    "calibration sets; no confidence level; assumes exchangeable units")
+            reason = f"split conformal: rank ceil((n+1)(1-a)) = {r} of {nB} scores"
+        _finish(ctx, gname, thr, rule, guar, q, an, r, nB, reason)
+    return small
 
-    if small and pooling and rule == "order_statistic":
-        # pools: by key, non-exact groups (exact groups would lower others' thresholds)
-        keys = {gname: info[gname]["key"] for gname in info}
-        for key in dict.fromkeys(keys[s] for s in small):
-            members = [gn for gn in info if keys[gn] == key and not info[gn]["exact"]]
-            need_here = [s for s in small if keys[s] == key]
-            names_union = tuple(n_ for n_ in names if any(n_ in info[gn]["names"] for gn in members))
-            if len(members) < min_pool:
-                for s in need_here:
-                    refuse(s, f"{info[s]['iB'].size} calibration units < {nmin} needed for budget {a:g} at "
-                           f"confidence {g:g}, and its pool has {len(members)} group(s) < min_pool = {min_pool}",
-                           need(info[s]))
-                continue
-            # shared normalisers on the union of small fitting parts of the members: min_fit units
-            # in all (fewer, down to 1, when that lets the pool reach nmin; none with one
-            # statistic), dealt round-robin; the rest of each member gives its pooled scores
-            cols = [names.index(n_) for n_ in names_union]
-            sizes = [info[gn]["units"].n for gn in members]
-            kfit = [0] * len(members)
-            if len(cols) > 1:
-                total = sum(sizes)
-                tf = min_fit if not (total - min_fit < nmin <= total - 1) else total - nmin
-                tf = min(tf, total - len(members))
-                i = 0
-                while sum(kfit) < tf:
-                    if kfit[i] < sizes[i] - 1:
-                        kfit[i] += 1
-                    i = (i + 1) % len(members)
-            fitparts, calparts = {}, {}
-            for gn, kA in zip(members, kfit):
-                full = info[gn]["units"].values[:, cols]
-                iA, iB = split_units(full.shape[0], kA, seed)
-                fitparts[gn], calparts[gn] = full[iA], full[iB]
-            if len(cols) <= 1:
-                fitparts = {gn: info[gn]["units"].values[:, cols] for gn in members}
-            qP = fit_normalisers(np.vstack(list(fitparts.values())), quantile=norm_quantile,
-                                 resolution=dict(zip(names_union, floors[cols])), names=names_union)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                scores = {gn: np.nanmax(calparts[gn] / qP, axis=1) for gn in members}
-            testable = [gn for gn in members if scores[gn].size >= min_test_units]
-            raw_p = np.array([_pool_p(scores[gn], np.concatenate([scores[h] for h in members if h != gn]))
-                              for gn in testable])
-            adj = dict(zip(testable, _holm(raw_p)))
-            ok = [gn for gn in members if gn in adj and adj[gn] > pool_alpha]
-            pooled = np.concatenate([scores[gn] for gn in ok]) if ok else np.empty(0)
-            for s in need_here:
-                d = info[s]
-                if s not in adj:
-                    refuse(s, f"{d['iB'].size} calibration units: fewer than {nmin} for its own threshold and "
-                           f"fewer than min_test_units = {min_test_units} to test exchangeability with a pool",
-                           need(d))
-                    continue
-                if adj[s] <= pool_alpha:
-                    refuse(s, f"{d['iB'].size} calibration units < {nmin} needed for budget {a:g} at confidence "
-                           f"{g:g}, and its scores are not exchangeable with the pool (Anderson-Darling and Mann-Whitney, Holm-"
-                           f"adjusted p = {adj[s]:.3g} <= {pool_alpha:g})", need(d))
-                    continue
-                if pooled.size < nmin or len(ok) < min_pool:
-                    refuse(s, f"{d['iB'].size} calibration units < {nmin} needed; the exchangeable pool has "
-                           f"{pooled.size} scores from {len(ok)} groups (need {nmin} scores, {min_pool} groups)",
-                           need(d))
-                    continue
-                r = rank_of(pooled.size)
-                thr = float(np.sort(pooled)[r - 1])
-                act_names = tuple(n_ for n_ in names_union if n_ in d["names"])
-                qg = np.array([qP[names_union.index(n_)] for n_ in act_names])
-                guar = (_guarantee_pac(a, g, pooled.size, r, clusters=clusters_declared)
-                        + f" Holds for this group only if its scores are exchangeable with the pooled scores of "
-                        f"{len(ok)} groups: tested (Anderson-Darling and Mann-Whitney against the rest of the pool, Holm-adjusted "
-                        f"p = {adj[s]:.3g} > {pool_alpha:g}), not proved.")
-                reason = (f"pooled order statistic: own {d['iB'].size} calibration units < {nmin} needed; borrowed "
-                          f"{pooled.size} scores of {len(ok)} exchangeable groups (normalisers shared by the pool)")
-                finish(s, thr, "pooled_order_statistic", guar, qg, act_names, r, pooled.size, reason,
-                       pool=tuple(ok), pool_p=float(adj[s]),
-                       split=(int(kfit[members.index(s)]), int(calparts[s].shape[0])))
+
+def _refuse_unpooled(ctx: _Ctx, s: str, pooling: bool) -> None:
+    d = ctx.info[s]
+    why = ("pooling is off" if not pooling else
+           "the conformal rule is not pooled" if ctx.rule != "order_statistic" else "")
+    ctx.refuse(s, f"{d['iB'].size} calibration units < {ctx.nmin} needed for the {ctx.rule.replace('_', ' ')} at "
+               f"budget {ctx.a:g}" + (f" and confidence {ctx.g:g}" if ctx.rule == "order_statistic" else "")
+               + (f"; {why}" if why else ""), ctx.need(d))
+
+
+def _pool_fit_sizes(sizes: list[int], n_stats: int, min_fit: int, nmin: int) -> list[int]:
+    """Fitting units per pool member: ``min_fit`` in all (fewer, down to 1, when that lets the
+    pool reach ``nmin``; none with one statistic), dealt round-robin."""
+    kfit = [0] * len(sizes)
+    if n_stats <= 1:
+        return kfit
+    total = sum(sizes)
+    tf = min_fit if not (total - min_fit < nmin <= total - 1) else total - nmin
+    tf = min(tf, total - len(sizes))
+    i = 0
+    while sum(kfit) < tf:
+        if kfit[i] < sizes[i] - 1:
+            kfit[i] += 1
+        i = (i + 1) % len(sizes)
+    return kfit
+
+
+def _pool_scores(ctx: _Ctx, members: list[str], cols: list[int], names_union: tuple[str, ...],
+                 kfit: list[int]) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, int]]:
+    """Shared normalisers of a pool and each member's pooled scores (and calibration sizes)."""
+    fitparts, calparts = {}, {}
+    for gn, kA in zip(members, kfit):
+        full = ctx.info[gn]["units"].values[:, cols]
+        iA, iB = split_units(full.shape[0], kA, ctx.seed)
+        fitparts[gn], calparts[gn] = full[iA], full[iB]
+    if len(cols) <= 1:
+        fitparts = {gn: ctx.info[gn]["units"].values[:, cols] for gn in members}
+    qP = fit_normalisers(np.vstack(list(fitparts.values())), quantile=ctx.norm_quantile,
+                         resolution=dict(zip(names_union, ctx.floors[cols])), names=names_union)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        scores = {gn: np.nanmax(calparts[gn] / qP, axis=1) for gn in members}
+    return qP, scores, {gn: int(calparts[gn].shape[0]) for gn in members}
+
+
+def _own_scores(ctx: _Ctx, members: list[str]) -> tuple[dict[str, np.ndarray], dict[str, int], list[int]]:
+    """Each member's part-B scores under its own normalisers (``pool_normalisers="own"``)."""
+    scores = {gn: np.nanmax(ctx.info[gn]["v"][ctx.info[gn]["iB"]] / ctx.info[gn]["q"], axis=1) for gn in members}
+    return scores, {gn: int(ctx.info[gn]["iB"].size) for gn in members}, [int(ctx.info[gn]["iA"].size)
+                                                                           for gn in members]
+
+
+def _pool(ctx: _Ctx, members: list[str], need_here: list[str], *, min_fit: int, min_pool: int,
+          min_test_units: int, pool_alpha: float, own: bool = False) -> None:
+    """Pooled thresholds (or refusals) for the small groups ``need_here`` of one pool."""
+    a, g, nmin = ctx.a, ctx.g, ctx.nmin
+    if len(members) < min_pool:
+        for s in need_here:
+            ctx.refuse(s, f"{ctx.info[s]['iB'].size} calibration units < {nmin} needed for budget {a:g} at "
+                       f"confidence {g:g}, and its pool has {len(members)} group(s) < min_pool = {min_pool}",
+                       ctx.need(ctx.info[s]))
+        return
+    names_union = tuple(n_ for n_ in ctx.names if any(n_ in ctx.info[gn]["names"] for gn in members))
+    cols = [ctx.names.index(n_) for n_ in names_union]
+    if own:
+        scores, ncal, kfit = _own_scores(ctx, members)
+        qP = np.full(len(names_union), np.nan)
     else:
-        for s in small:
-            d = info[s]
-            why = ("pooling is off" if not pooling else
-                   "the conformal rule is not pooled" if rule != "order_statistic" else "")
-            refuse(s, f"{d['iB'].size} calibration units < {nmin} needed for the {rule.replace('_', ' ')} at "
-                   f"budget {a:g}" + (f" and confidence {g:g}" if rule == "order_statistic" else "")
-                   + (f"; {why}" if why else ""), need(d))
+        kfit = _pool_fit_sizes([ctx.info[gn]["units"].n for gn in members], len(cols), min_fit, nmin)
+        qP, scores, ncal = _pool_scores(ctx, members, cols, names_union, kfit)
+    testable = [gn for gn in members if scores[gn].size >= min_test_units]
+    raw_p = np.array([_pool_p(scores[gn], np.concatenate([scores[h] for h in members if h != gn]))
+                      for gn in testable])
+    adj = dict(zip(testable, _holm(raw_p)))
+    ok = [gn for gn in members if gn in adj and adj[gn] > pool_alpha]
+    pooled = np.concatenate([scores[gn] for gn in ok]) if ok else np.empty(0)
+    for s in need_here:
+        if _pool_refusal(ctx, s, adj, pooled, ok, min_pool, min_test_units, pool_alpha):
+            continue
+        d = ctx.info[s]
+        r = ctx.rank_of(pooled.size)
+        thr = float(np.sort(pooled)[r - 1])
+        act_names = d["names"] if own else tuple(n_ for n_ in names_union if n_ in d["names"])
+        qg = d["q"] if own else np.array([qP[names_union.index(n_)] for n_ in act_names])
+        guar = (_guarantee_pac(a, g, pooled.size, r, clusters=ctx.clusters_declared)
+                + f" Holds for this group only if its scores are exchangeable with the pooled scores of "
+                f"{len(ok)} groups: tested (Anderson-Darling and Mann-Whitney against the rest of the pool, Holm-adjusted "
+                f"p = {adj[s]:.3g} > {pool_alpha:g}), not proved.")
+        reason = (f"pooled order statistic: own {d['iB'].size} calibration units < {nmin} needed; borrowed "
+                  f"{pooled.size} scores of {len(ok)} exchangeable groups ("
+                  + ("each with its own normalisers)" if own else "normalisers shared by the pool)"))
+        _finish(ctx, s, thr, "pooled_order_statistic", guar, qg, act_names, r, pooled.size, reason,
+                pool=tuple(ok), pool_p=float(adj[s]), split=(int(kfit[members.index(s)]), ncal[s]))
 
-    if refused and on_refusal == "raise":
-        raise next(iter(refused.values()))
-    ordered = {gn: certs[gn] for gn in info if gn in certs}
-    return CertifyResult(ordered, {gn: refused[gn] for gn in info if gn in refused}, a, g, rule)
+
+def _pool_refusal(ctx: _Ctx, s: str, adj: dict[str, float], pooled: np.ndarray, ok: list[str], min_pool: int,
+                  min_test_units: int, pool_alpha: float) -> bool:
+    """Refuse ``s`` (and return True) when it cannot borrow from its pool."""
+    d, a, g, nmin = ctx.info[s], ctx.a, ctx.g, ctx.nmin
+    if s not in adj:
+        ctx.refuse(s, f"{d['iB'].size} calibration units: fewer than {nmin} for its own threshold and "
+                   f"fewer than min_test_units = {min_test_units} to test exchangeability with a pool", ctx.need(d))
+        return True
+    if adj[s] <= pool_alpha:
+        ctx.refuse(s, f"{d['iB'].size} calibration units < {nmin} needed for budget {a:g} at confidence "
+                   f"{g:g}, and its scores are not exchangeable with the pool (Anderson-Darling and Mann-Whitney, Holm-"
+                   f"adjusted p = {adj[s]:.3g} <= {pool_alpha:g})", ctx.need(d))
+        return True
+    if pooled.size < nmin or len(ok) < min_pool:
+        ctx.refuse(s, f"{d['iB'].size} calibration units < {nmin} needed; the exchangeable pool has "
+                   f"{pooled.size} scores from {len(ok)} groups (need {nmin} scores, {min_pool} groups)", ctx.need(d))
+        return True
+    return False

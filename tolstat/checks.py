@@ -20,7 +20,8 @@ from .dataset import BUILTIN_COVARIATES
 from .metrics import ErrorMetrics, as_array, error_metrics
 from .bounds import exceedance_probability
 from .statistics import get as get_statistic
-from .statistics import metric_covariates
+from .statistics import metric_covariates, op_score, pair_op_statistics
+from .noise import noise_scale
 from .table import ToleranceEntry, ToleranceTable
 from ._fastcheck import cached_entry, fast_check
 
@@ -90,6 +91,7 @@ class CheckResult:
     confidence: float
     methods: dict[str, str] = field(default_factory=dict)
     n_calibration: int = 0
+    guarantee: str = ""
 
     def __bool__(self) -> bool:
         return self.passed
@@ -110,6 +112,7 @@ def check(
     covariates: Mapping[str, Any] | None = None,
     allow_nan: bool = False,
     hardware_policy: str | None = None,
+    magnitude: Any = None,
 ) -> CheckResult:
     """Check one kernel output against its float64 reference with a calibrated table.
 
@@ -135,6 +138,11 @@ def check(
         Passed to :func:`tolstat.error_metrics`.
     hardware_policy : {None, "exact", "pooled", "nearest", "error"}
         Passed to :meth:`ToleranceTable.entry` (:mod:`tolstat.hwpolicy`).
+    magnitude : array_like or "ref", optional
+        The operator applied to the absolute inputs (``|A| @ |B|`` for a matrix
+        product; ``docs/noise.md``), same shape as ``expected``: needed by a group
+        calibrated with the operator form (``op_score``); ``"ref"`` when the table was
+        calibrated with ``magnitude="ref"``. Ignored by the other forms.
 
     Returns
     -------
@@ -159,26 +167,35 @@ def check(
     e = as_array(expected, name="expected")
     covariates = _validate.covariates(covariates, computed=BUILTIN_COVARIATES)
     fast = fast_check(a, e, ent, covariates)  # one fused pass where the entry allows it
-    if fast is not None:
+    # a fast pass is final; a fast failure is re-checked on the general path, which also
+    # lets elements equal to the correctly rounded reference pass (check_metrics)
+    if fast is not None and fast["passed"]:
         return CheckResult(**fast)
     m = error_metrics(a, e, dtype=dt, allow_nan=allow_nan)
-    return check_metrics(m, a, e, ent, covariates)
+    return check_metrics(m, a, e, ent, covariates, magnitude=magnitude)
 
 
 def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceEntry,
-                  covariates: Mapping[str, Any] | None = None) -> CheckResult:
+                  covariates: Mapping[str, Any] | None = None, *, magnitude: Any = None) -> CheckResult:
     """Check already computed error metrics against one table entry.
 
     The step of :func:`check` after the table lookup and :func:`tolstat.error_metrics`
     (for callers that have both, e.g. :mod:`tolstat.evaluate`). ``covariates`` are the
     user's run covariates; the built-in ones (``ref_rms``, ...) are added from ``m``.
+    Elements equal to the reference rounded to nearest in the output format never fail
+    the max-error threshold (a correctly rounded result always passes; this only lowers
+    the false-positive rate); the reported statistic is still the registry's value.
     """
     ent = entry
+    if ent.operator:
+        return _check_operator(m, actual, expected, ent, covariates, magnitude)
     cov = metric_covariates(m, _validate.covariates(covariates, computed=BUILTIN_COVARIATES))
     name = ent.max_statistic
     c = ent.statistics[name].threshold
     max_stat = get_statistic(name)
     elem = max_stat.elements(m, ent.scale, cov, ent.dtype)
+    # elements equal to the correctly rounded reference never fail (the resolution floor)
+    beyond = np.where(np.asarray(m.ulp).reshape(elem.shape) == 0, 0.0, elem)
     allowed = max_stat.allowed(m, c, ent.scale, cov, ent.dtype)
     worst = int(np.argmax(elem))
     values = {name: float(elem[worst])}
@@ -190,7 +207,8 @@ def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceE
     for k, v in values.items():
         t = thresholds[k]
         ratios[k] = v / t if t > 0 else (0.0 if v == 0 else math.inf)
-    failed = tuple(k for k, v in values.items() if not v <= thresholds[k])
+    failed = tuple(k for k, v in values.items()
+                   if not (float(np.max(beyond, initial=0.0)) if k == name else v) <= thresholds[k])
     probs, notes = {}, {}
     for k, v in values.items():
         probs[k], notes[k] = exceedance_probability(v, ent.statistics[k])
@@ -198,7 +216,7 @@ def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceE
     idx = tuple(int(i) for i in np.unravel_index(worst, shape)) if shape else ()
     a64 = np.asarray(actual, dtype=np.float64).ravel()
     e64 = np.asarray(expected, dtype=np.float64).ravel()
-    n_exc = int(np.sum(elem > c))
+    n_exc = int(np.sum(beyond > c))
     try:
         atol, rtol = ent.allclose(cov)
     except (ValueError, KeyError):
@@ -212,6 +230,67 @@ def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceE
         n_elements=m.n_elements, n_exceeding=n_exc, n_nonfinite=m.n_nonfinite, atol=atol, rtol=rtol,
         fp_budget=ent.fp_budget, confidence=ent.confidence,
         methods={k: ent.statistics[k].method for k in values}, n_calibration=ent.n,
+    )
+
+
+def _op_inputs(ent: ToleranceEntry, covariates: Mapping[str, Any] | None, magnitude: Any) -> tuple[Any, float]:
+    """The magnitude and K an operator-form check needs, or a clear error."""
+    cert = ent.certificate or {}
+    where = f"table group ({ent.op}, {ent.dtype}, {ent.hardware})"
+    if magnitude is None and cert.get("needs_magnitude", True):
+        raise ValueError(f"{where} was calibrated with operator statistics (form 'operator'): pass magnitude= "
+                         "(the op applied to the absolute inputs, e.g. |A| @ |B|; or 'ref' when the table was "
+                         "calibrated with magnitude='ref')")
+    if isinstance(magnitude, str):
+        if magnitude != "ref":
+            raise ValueError(f"magnitude must be an array or 'ref', got {magnitude!r}")
+        magnitude = None
+    K = 1.0
+    if "K" in cert.get("covariates", []):
+        if not covariates or "K" not in covariates:
+            raise ValueError(f"{where} needs the covariate K (the reduction length): pass covariates={{'K': ...}}")
+        K = float(covariates["K"])
+    return magnitude, K
+
+
+def _check_operator(m: ErrorMetrics, actual: Any, expected: Any, ent: ToleranceEntry,
+                    covariates: Mapping[str, Any] | None, magnitude: Any) -> CheckResult:
+    """Check against an operator-form entry: the combined score and each statistic's share."""
+    cert = ent.certificate or {}
+    mag, K = _op_inputs(ent, covariates, magnitude)
+    stats = pair_op_statistics(actual, expected, m, dtype=ent.dtype, magnitude=mag, K=K,
+                               rowwise=bool(cert.get("rowwise", False)), op=ent.op)
+    q = dict(cert["normalisers"])
+    thr = ent.statistics["op_score"].threshold
+    s, which = op_score(stats, q, which=True)
+    s, which = float(s), str(which)
+    values = {"op_score": s, **{k: float(stats[k]) for k in q}}
+    thresholds = {"op_score": thr, **{k: thr * q[k] for k in q}}
+    ratios = {k: (v / thresholds[k] if thresholds[k] > 0 else (0.0 if v == 0 else math.inf))
+              for k, v in values.items()}
+    failed = tuple(k for k, v in values.items() if v > thresholds[k])
+    sc = noise_scale(np.asarray(expected, dtype=np.float64), dtype=ent.dtype, magnitude=mag, K=K)
+    sc = sc.ravel()
+    z = np.where(np.asarray(m.nonfinite).ravel(), np.inf, np.asarray(m.abs).ravel() / sc)
+    z = np.where(np.isnan(z), 0.0, z)
+    worst = int(np.argmax(z)) if z.size else 0
+    allowed = thr * q.get("op_max", math.inf) * sc
+    note = ("no probability quoted: the threshold is an order statistic of the combined score"
+            + (f"; {which} trips first" if which else ""))
+    shape = m.shape
+    return CheckResult(
+        passed=not s > thr, op=ent.op, dtype=ent.dtype, hardware=ent.hardware, fallback=ent.fallback,
+        statistics=values, thresholds=thresholds, ratios=ratios,
+        probabilities={k: math.nan for k in values}, notes={k: note for k in values}, failed=failed,
+        worst_index=tuple(int(i) for i in np.unravel_index(worst, shape)) if shape else (),
+        worst_actual=float(np.asarray(actual, dtype=np.float64).ravel()[worst]) if z.size else math.nan,
+        worst_expected=float(np.asarray(expected, dtype=np.float64).ravel()[worst]) if z.size else math.nan,
+        worst_error=float(m.abs.ravel()[worst]) if z.size else 0.0,
+        worst_allowed=float(allowed[worst]) if z.size else math.nan,
+        n_elements=m.n_elements, n_exceeding=int(np.sum(m.abs.ravel() > allowed)), n_nonfinite=m.n_nonfinite,
+        atol=math.nan, rtol=math.nan, fp_budget=ent.fp_budget, confidence=ent.confidence,
+        methods={k: ent.statistics["op_score"].method for k in values}, n_calibration=ent.n,
+        guarantee=str(cert.get("guarantee", "")),
     )
 
 
@@ -247,11 +326,23 @@ def _message(r: CheckResult) -> str:
                  f"(|d|={r.worst_error:.4g}{allowed})")
     lines.append(f"  {r.n_exceeding} of {r.n_elements} elements exceed their allowance"
                  + (f"; {r.n_nonfinite} non-finite outputs" if r.n_nonfinite else ""))
+    noted = set()
     for k in (r.failed or tuple(r.statistics)[:1]):
+        if math.isnan(r.probabilities[k]):
+            if r.notes[k] not in noted:
+                lines.append(f"  {r.notes[k]}")
+            noted.add(r.notes[k])
+            continue
         lines.append(f"  probability that a correct kernel gives a {k} this large: ~{_fmt_p(r.probabilities[k])} "
                      f"({r.notes[k]})")
-    lines.append(f"  (the table promises a false-positive rate <= {r.fp_budget:g} per check at "
-                 f"{r.confidence:g} confidence)")
+    if r.guarantee:
+        lines.append(f"  guarantee of this threshold: {r.guarantee}")
+    if "conformal" in r.methods.values():
+        lines.append(f"  (the table promises a marginal false-positive rate <= {r.fp_budget:g} per check, averaged "
+                     "over calibration sets: split conformal, no confidence level)")
+    else:
+        lines.append(f"  (the table promises a false-positive rate <= {r.fp_budget:g} per check at "
+                     f"{r.confidence:g} confidence)")
     return "\n".join(lines)
 
 
@@ -267,6 +358,7 @@ def assert_close(
     allow_nan: bool = False,
     msg: str | None = None,
     hardware_policy: str | None = None,
+    magnitude: Any = None,
 ) -> CheckResult:
     """Like :func:`check`, but raise ``AssertionError`` with an explanation on failure.
 
@@ -285,7 +377,7 @@ def assert_close(
     """
     __tracebackhide__ = True  # pytest: show the caller's line and the message, not this frame
     r = check(actual, expected, op=op, dtype=dtype, table=table, hardware=hardware, covariates=covariates,
-              allow_nan=allow_nan, hardware_policy=hardware_policy)
+              allow_nan=allow_nan, hardware_policy=hardware_policy, magnitude=magnitude)
     if not r.passed:
         text = r.message()
         raise AssertionError(f"{msg}\n{text}" if msg else text)

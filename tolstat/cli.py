@@ -74,7 +74,7 @@ def _cmd_summary(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from .evaluate import EvalConfig, evaluate, per_bug_table, write_outputs
+    from .evaluate import EvalConfig, evaluate, per_bug_table, per_category_table, write_outputs
 
     cfg = EvalConfig.preset("quick" if args.quick else "default", n_cal=args.n_cal,
                             n_test=args.n_test, fp_budget=args.fp_budget,
@@ -96,6 +96,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.per_bug:
         print()
         print(per_bug_table(res))
+        print("\ndetectable-bug recall per category")
+        print(per_category_table(res))
     from .hwshift import evaluate_hook  # a GPU dataset in tolstat/data/: print the shift report
 
     shift_text = evaluate_hook(res.calibration, fp_budget=cfg.fp_budget, confidence=cfg.confidence)
@@ -146,7 +148,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     stat: str | tuple[str, ...] = (args.statistic, "bias") if args.bias else args.statistic
     by = ("op", "dtype") if args.pool_hardware else ("op", "dtype", "hardware")
     table = select(ds, fp_budget=args.fp_budget, confidence=args.confidence, method=args.method,
-                   statistic=stat, form=args.form, by=by)
+                   statistic=stat, form=None if args.form == "none" else args.form, by=by, cluster=args.cluster)
     if args.output.lower().endswith(".json"):
         table.to_json(args.output)
     else:
@@ -162,6 +164,13 @@ def _load_array(path: str, dtype: str | None = None) -> np.ndarray:
     return load_array(path, dtype)
 
 
+def _magnitude_arg(path: str | None) -> Any:
+    """``--magnitude``: a float64 .npy array, ``ref``, or None."""
+    if path is None or path == "ref":
+        return path
+    return _load_array(path, None).astype(np.float64)
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from . import check, load_table
 
@@ -169,7 +178,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
     actual, expected = _load_array(args.actual, args.dtype), _load_array(args.expected, args.dtype)
     res = check(actual, expected, op=args.op,
                 dtype=args.dtype, table=table, hardware=args.hardware,
-                covariates=_parse_covariates(args.cov), hardware_policy=args.hardware_policy)
+                covariates=_parse_covariates(args.cov), hardware_policy=args.hardware_policy,
+                magnitude=_magnitude_arg(args.magnitude))
     print(res.message() if not res.passed else
           f"PASS {args.op}/{res.dtype}: " + ", ".join(
               f"{k}={v:.4g} <= {res.thresholds[k]:.4g} ({100 * res.ratios[k]:.1f}% of threshold)"
@@ -342,8 +352,13 @@ def _add_table_commands(sub: Any) -> None:
     k.add_argument("--confidence", type=_conf(), default=0.95)
     k.add_argument("--method", default="auto", choices=["auto", "order_statistic", "conformal", "evt"])
     k.add_argument("--statistic", default="max_abs", choices=["max_abs", "max_ulp", "max_rel"])
-    k.add_argument("--form", default=None, choices=["allclose", "size_aware", "normalised", "baseline"],
-                   help="noise-scale model: thresholds that scale with |ref| and problem size")
+    k.add_argument("--form", default="auto",
+                   choices=["auto", "operator", "none", "allclose", "size_aware", "normalised", "baseline"],
+                   help="auto (default): certified per group, the operator combined score when the dataset has "
+                        "operator statistics (docs/selection.md); none: one threshold on --statistic; the "
+                        "others: a noise-scale model")
+    k.add_argument("--cluster", default=None,
+                   help="run label whose runs form one unit (e.g. case: the same inputs through several variants)")
     k.add_argument("--bias", action="store_true", help="add the bias statistic (budget split)")
     k.add_argument("--pool-hardware", action="store_true", help="one entry per (op, dtype) over all hardware")
     k.add_argument("-o", "--output", required=True, type=_suffix("path", (".json", ".nc")),
@@ -357,6 +372,9 @@ def _add_table_commands(sub: Any) -> None:
     h.add_argument("--table", required=True)
     h.add_argument("--hardware", default=None)
     h.add_argument("--cov", action="append", metavar="NAME=VALUE", help="covariate, e.g. K=512")
+    h.add_argument("--magnitude", default=None, metavar="M.npy",
+                   help="the op on absolute inputs (e.g. |A| @ |B|), needed by operator-form tables; 'ref' for "
+                        "tables calibrated with magnitude='ref'")
     h.add_argument("--hardware-policy", default="error", choices=["exact", "pooled", "nearest", "error"],
                    help="when this machine (or --hardware) is not in the table (default: error; "
                         "see docs/plugin.md)")

@@ -312,11 +312,15 @@ class SelectRule(Rule):
         bad = [k for k in options if k in _SELECT_RESERVED]
         if bad:
             raise ValueError(f"method {name!r}: {bad} are set by compare itself (budgets=, confidence=, by=)")
-        self.name, self.options = name, dict(options)
+        # form=None unless given: compare scores held-out runs from the dataset's run variables,
+        # which the operator form (select's default) does not define per statistic here
+        self.name, self.options = name, {"form": None, **options}
 
     @property
     def unit(self) -> str:  # type: ignore[override]
         """``max_score`` with a noise-scale form, else the first max-error statistic."""
+        if self.options.get("form") in ("auto", "operator"):
+            return "op_score"
         if self.options.get("form") is not None:
             return "max_score"
         stat = self.options.get("statistic", "max_abs")
@@ -337,7 +341,7 @@ class SelectRule(Rule):
                 reasons[key] = str(d["reason"].values[i, refused[0]])
 
         def score(ds: xr.Dataset) -> np.ndarray:
-            need = ("sample_abs", "sample_ref") if self.options.get("form") is not None else ()
+            need = ("sample_abs", "sample_ref") if self.options.get("form") not in (None, "auto", "operator") else ()
             return _per_block(ds, score_block, need)
 
         def score_block(ds: xr.Dataset) -> np.ndarray:
@@ -352,7 +356,8 @@ class SelectRule(Rule):
                 sub = ds.isel(run=idx) if idx.size != kk.size else ds
                 r = np.zeros(idx.size)
                 for name, st in ent.statistics.items():  # each as select calibrated it (the registry)
-                    x = get_statistic(name).run_scores(sub, ent.scale).scores
+                    stat = get_statistic(name)
+                    x = stat.run_scores(sub, ent.certificate if stat.kind == "score" else ent.scale).scores
                     r = np.maximum(r, _ratio(x, st.threshold))
                 out[idx] = r
             return out

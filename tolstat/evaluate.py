@@ -151,13 +151,14 @@ def _pairs_for(op: str, dtype: str, n: int, seed: int, quick: bool) -> Iterable[
     from . import corpus
 
     spec = corpus.OPS[op]
-    for case in corpus.iter_cases(op, dtype, n=n, seed=seed, quick=quick):  # one case in memory at a time
+    for ci, case in enumerate(corpus.iter_cases(op, dtype, n=n, seed=seed, quick=quick)):  # one case at a time
         ref = corpus.run_reference(case, dtype)
         mag = corpus.run_magnitude(case, dtype)  # operator-noise statistics (tolstat.noise)
         for vname, kern in spec.variants.items():
             out = corpus.run_kernel(kern, case, dtype)
+            # "case": the same inputs through every correct variant, one cluster (select(cluster="case"))
             labels = {"variant": vname, "dist": case.labels.get("dist", ""),
-                      "dims": case.labels.get("dims", "")}
+                      "dims": case.labels.get("dims", ""), "case": str(ci)}
             yield out, ref, mag, labels, dict(case.covariates)
 
 
@@ -606,6 +607,21 @@ def _summaries(checks: xr.Dataset, methods: Sequence[Rule], fp_budget: float):
             row[f"{m.name} fp"] = int(flagged.values[so & ctrl, j].sum())
         per_op.append(row)
     return summary, per_bug, per_op
+
+
+def per_category_table(result: EvalResult) -> str:
+    """Detectable-bug recall per bug category (subtle / shape / gross ...) and method, as text."""
+    checks = result.checks
+    names = [str(m) for m in checks["method"].values]
+    det = (checks.kind == "bug").values & np.asarray(checks.detectable.values, dtype=bool)
+    flagged = checks.score.values > 1.0
+    rows = [("category", "detectable", *names)]
+    cats = sorted(set(checks.category.values[det].tolist()))
+    for cat in cats + ["all"]:
+        sel = det & ((checks.category.values == cat) if cat != "all" else True)
+        rows.append((cat, str(int(sel.sum())),
+                     *(f"{100 * flagged[sel, j].mean():.1f}%" if sel.any() else "-" for j in range(len(names)))))
+    return _fmt_rows(rows)
 
 
 def per_bug_table(result: EvalResult) -> str:

@@ -62,7 +62,7 @@ True
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -566,3 +566,37 @@ def score_statistic_names(op: str | None = None) -> list[str]:
     """
     base = list(SCORE_CORE) + [f"inv_{k}" for k in invariants(op)]
     return base + [k + MID_SUFFIX for k in base]
+
+
+# ----------------------------------------------------------------------- combined score
+def combined_score(stats: Any, normalisers: Any, *, which: bool = False) -> Any:
+    """Combined score ``S = max_j T_j / q_j`` (the one definition; :func:`tolstat.certify.score`).
+
+    NaN statistics are skipped (``S`` is NaN when none applies), an infinite one gives
+    ``+inf``; with ``which=True`` also the name of the statistic attaining the maximum.
+    """
+    if not isinstance(stats, Mapping):
+        raise TypeError(f"stats must be a mapping statistic name -> values, got {type(stats).__name__}")
+    if not normalisers:
+        raise ValueError("normalisers is empty")
+    missing = [k for k in normalisers if k not in stats]
+    if missing:
+        raise ValueError(f"stats lacks the normalised statistics {missing}")
+    keys = list(normalisers)
+    q = np.array([float(normalisers[k]) for k in keys])
+    if not np.all(np.isfinite(q) & (q > 0)):
+        raise ValueError(f"normalisers must be finite and > 0, got {dict(normalisers)}")
+    cols = np.broadcast_arrays(*[np.asarray(stats[k], dtype=np.float64) for k in keys])
+    shape = cols[0].shape
+    m = np.stack([c.ravel() for c in cols], axis=1) / q
+    allnan = np.isnan(m).all(axis=1)
+    filled = np.where(np.isnan(m), -np.inf, m)
+    idx = np.argmax(filled, axis=1)
+    s = filled[np.arange(m.shape[0]), idx]
+    s[allnan] = np.nan
+    s = s.reshape(shape)
+    if which:
+        nm = np.asarray(keys, dtype=object)[idx]
+        nm[allnan] = ""
+        return s, nm.reshape(shape)
+    return s

@@ -436,8 +436,11 @@ def tolstat_table(pytestconfig: pytest.Config) -> Any:
 
 @pytest.fixture(scope="session")
 def tolstat_check(pytestconfig: pytest.Config) -> Any:
-    """A function ``(actual, expected, *, op=None, dtype=None, covariates=None, hardware=None)``
-    that asserts closeness with the session table and records passing checks.
+    """A function ``(actual, expected, *, op=None, dtype=None, covariates=None, hardware=None,
+    magnitude=None)`` that asserts closeness with the session table and records passing checks.
+
+    ``magnitude`` (the op on absolute inputs, or ``"ref"``) is needed by tables of the
+    operator form (:func:`tolstat.check`).
 
     Session-scoped, so it works inside Hypothesis ``@given`` tests; ``op``, ``dtype``,
     ``covariates`` and ``hardware`` default to the running test's
@@ -450,7 +453,8 @@ def tolstat_check(pytestconfig: pytest.Config) -> Any:
                     pytrace=False)
 
     def tolstat_check(actual: Any, expected: Any, *, op: str | None = None, dtype: Any = None,
-                      covariates: Mapping[str, Any] | None = None, hardware: str | None = None) -> Any:
+                      covariates: Mapping[str, Any] | None = None, hardware: str | None = None,
+                      magnitude: Any = None) -> Any:
         __tracebackhide__ = True
         from ._dtypes import canonical_dtype
         from .checks import assert_close
@@ -472,7 +476,7 @@ def tolstat_check(pytestconfig: pytest.Config) -> Any:
         if st.table is not None:
             hw = hardware if hardware is not None else st.hardware[0]
             res = assert_close(a, e, op=op, dtype=dt, table=st.table, hardware=hw, covariates=covariates,
-                               hardware_policy=st.policy)
+                               hardware_policy=st.policy, magnitude=magnitude)
         if st.record_path:
             nodeid = st.item.nodeid if st.item is not None else "(outside a test)"
             st.record(a, e, op=op, dtype=dt, nodeid=nodeid, covariates=covariates)

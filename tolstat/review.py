@@ -30,7 +30,7 @@ __all__ = ["table_json", "user_units", "show_table", "diff_tables", "VOLATILE_KE
 VOLATILE_KEYS = ("created", "host", "pid")
 _TOP_ORDER = ("tolstat_table", "tolstat_version", "fp_budget", "confidence", "form", "statistics",
               "budget_split", "provenance", "groups")
-_GROUP_ORDER = ("op", "dtype", "hardware", "n", "n_inexact", "user_units", "scale", "statistics")
+_GROUP_ORDER = ("op", "dtype", "hardware", "n", "n_inexact", "user_units", "scale", "statistics", "certificate")
 _STAT_ORDER = ("threshold", "method", "budget", "confidence", "estimate", "reason", "tail", "top_scores")
 
 
@@ -107,6 +107,8 @@ def user_units(table: Any, index: int) -> dict[str, Any]:
     """
     op, dt, hw = table.groups[index]
     name = table.statistics[0]
+    if name == "op_score":
+        return _operator_units(table, index)
     sj = str(table.data["scale_json"].values[index])
     at: dict[str, float] = {}
     if sj:
@@ -120,6 +122,22 @@ def user_units(table: Any, index: int) -> dict[str, Any]:
         msg = exc.args[0] if exc.args else str(exc)
         return {"statistic": name, "note": str(msg)}
     return {"statistic": name, "atol": _f(atol), "rtol": _f(rtol), "at": {k: _f(v) for k, v in at.items()}}
+
+
+def _operator_units(table: Any, index: int) -> dict[str, Any]:
+    """User units of an operator-form threshold: what it allows per element and per statistic."""
+    thr = float(table.data["threshold"].values[index, 0])
+    cj = str(table.data["certificate_json"].values[index]) if "certificate_json" in table.data else ""
+    cert = json.loads(cj) if cj else {}
+    q = cert.get("normalisers", {})
+    if not math.isfinite(thr) or not q:
+        return {"statistic": "op_score", "note": "no threshold (refused)" if not math.isfinite(thr) else "no normalisers"}
+    limits = {k: _f(thr * float(v)) for k, v in q.items()}
+    note = (f"combined score S = max_j T_j / q_j <= {thr:.4g}; each operator statistic T_j (in units of the "
+            "operator noise scale s_i, docs/noise.md) may reach its limit")
+    if "op_max" in q:
+        note += f"; per element |actual - expected| <= {thr * float(q['op_max']):.4g} * s_i"
+    return {"statistic": "op_score", "note": note, "limits": limits}
 
 
 def table_json(table: Any) -> str:
@@ -180,7 +198,26 @@ def show_table(table: Any, *, name: str = "") -> str:
     for (op, dt, hw, s), r in sorted(_rows(table).items()):
         rows.append((op, dt, hw, s, _g(r["threshold"]), _g(r["atol"]), _g(r["rtol"]), r["method"], str(r["n"])))
     hws = sorted({h for _, _, h in table.groups})
-    return "\n".join([head, f"hardware: {', '.join(hws)}"] + _columns(rows))
+    return "\n".join([head, f"hardware: {', '.join(hws)}"] + _columns(rows) + _certificate_lines(table))
+
+
+def _certificate_lines(table: Any) -> list[str]:
+    """Per group of a certified table (forms auto/operator): the form chosen, why, and the limits."""
+    if "certificate_json" not in table.data:
+        return []
+    out = []
+    for i, (op, dt, hw) in enumerate(table.groups):
+        cj = str(table.data["certificate_json"].values[i])
+        if not cj:
+            continue
+        c = json.loads(cj)
+        pool = f", pooled with {len(c['pool'])} groups" if c.get("pool") else ""
+        flags = f", flags {', '.join(c['flags'])}" if c.get("flags") else ""
+        out.append(f"({op}, {dt}, {hw}): form {c['form']} ({c.get('form_reason', '')}); {c.get('method')}{pool}{flags}")
+        uu = user_units(table, i)
+        if "note" in uu:
+            out.append(f"    {uu['note']}")
+    return ["", "per group:"] + out if out else []
 
 
 def _ratio(a: float, b: float) -> str:

@@ -26,6 +26,7 @@ statistics in :mod:`tolstat.statistics`; their names are re-exported here.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import math
@@ -50,6 +51,7 @@ from .bounds import (
     tail_fit,
     tail_threshold,
 )
+from .autoselect import CERTIFIED_FORMS, certified_groups
 from .dataset import drop_duplicate_runs, validate
 from .estimators.orderstat import order_statistic_min_n
 from .scale import FORMS, ScaleOptions
@@ -107,8 +109,9 @@ def calibrate(
         ``n >= (1-budget)/budget``). ``evt``: GPD tail with a parametric-bootstrap upper
         bound of the return level (needs ``tail.min_tail_runs`` runs, an adequate tail fit,
         and at most ``tail.max_extrapolation`` times beyond the data, i.e.
-        ``1/(budget*n) <= max_extrapolation``). ``auto``: order statistic when n
-        suffices, else evt when adequate, else an error.
+        ``1/(budget*n) <= max_extrapolation``): **model-based, no finite-sample
+        guarantee**; only when asked for. ``auto``: the order statistic when n
+        suffices, else :class:`NotEnoughData` (never the tail model silently).
     tail : TailOptions, optional
         Tail model settings: its adequacy rules (above), threshold rule, and
         ``bound``, the upper bound of the GPD return level. ``conservative`` (default): the return
@@ -151,13 +154,18 @@ def calibrate(
     top = np.sort(x)[::-1][:_TOP].copy()
     nmin = order_statistic_min_n(1.0 - a, g)
     fitted = tail_fit(x, tail.tail_fraction, tail.min_exceedances)
+    # a rejected tail fit is not kept: no exceedance probability is ever quoted from it
+    accepted = fitted.tail if not fitted.why_not else {}
     if method in ("auto", "order_statistic") and n >= nmin:
-        return order_statistic_threshold(x, a, g, fitted.tail, top)
+        return order_statistic_threshold(x, a, g, accepted, top)
     if method == "conformal":
-        return conformal_threshold(x, a, g, fitted.tail, top, where)
-    if method == "order_statistic":
+        return conformal_threshold(x, a, g, accepted, top, where)
+    if method in ("order_statistic", "auto"):
+        extra = ("; method='evt' gives a model-based bound (no finite-sample guarantee), or use the default "
+                 "form='auto' of select, which pools exchangeable groups" if method == "auto" else "")
         raise NotEnoughData(f"{where}the order statistic needs n >= {nmin} runs for budget {a:g} at confidence "
-                            f"{g:g} (n >= ln(1-confidence)/ln(1-budget)); have n = {n}", n=n, n_needed=nmin)
+                            f"{g:g} (n >= ln(1-confidence)/ln(1-budget)); have n = {n}{extra}", n=n,
+                            n_needed=nmin)
     return tail_threshold(x, a, g, fitted, top, tail, seed=seed, where=where)
 
 
@@ -193,13 +201,15 @@ def select(
     confidence: float = 0.95,
     method: str = "auto",
     statistic: str | Sequence[str] = "max_abs",
-    form: str | None = None,
+    form: str | None = "auto",
     by: Sequence[str] = ("op", "dtype", "hardware"),
     budget_split: str = "bonferroni",
     scale: ScaleOptions | None = None,
     tail: TailOptions | None = None,
     seed: int = 0,
     on_error: str = "raise",
+    cluster: str | None = None,
+    pooling: bool = True,
 ) -> ToleranceTable:
     """Thresholds per (op, dtype, hardware) that keep a false-positive budget.
 
@@ -218,10 +228,19 @@ def select(
         The max-error statistic (``"max_abs"``, ``"max_ulp"`` or ``"max_rel"``),
         optionally with ``"bias"`` (e.g. ``("max_abs", "bias")``): the budget and
         confidence are then split between the statistics (``budget_split``).
-    form : {None, "allclose", "size_aware", "normalised", "baseline"}
-        Noise-scale model (:mod:`tolstat.scale`). With a form the max-error statistic
-        is the normalised score ``max_i |d_i| / s(|ref_i|, covariates)`` (table name
-        ``"max_score"``) and needs ``statistic="max_abs"``.
+    form : {"auto", "operator", None, "allclose", "size_aware", "normalised", "baseline"}
+        ``"auto"`` (default): certified per group (:mod:`tolstat.autoselect`): the
+        operator combined score ``op_score`` when the dataset has operator statistics
+        (collected with ``magnitude=``), else the better of ``allclose`` and
+        ``size_aware`` chosen on fitting runs not used for the threshold; the table
+        records the choice and the reason. ``"operator"``: the combined score, required.
+        Both calibrate with :func:`tolstat.certify.certify` (order statistic, pooling
+        across exchangeable groups, an exact path; never a tail model) and ignore
+        ``method``, ``statistic``, ``budget_split`` and ``tail``.
+        ``None``: one threshold on ``statistic`` per group. The other names: a
+        noise-scale model (:mod:`tolstat.scale`) fitted on all runs; the max-error
+        statistic is ``max_i |d_i| / s(|ref_i|, covariates)`` (``"max_score"``) and
+        needs ``statistic="max_abs"``.
     by : sequence of str, default ("op", "dtype", "hardware")
         Grouping; leave out ``"hardware"`` to calibrate one ``"*"`` entry over all
         hardware (``op`` and ``dtype`` are required).
@@ -238,6 +257,13 @@ def select(
         ``"skip"`` keeps groups with too few runs (:class:`NotEnoughData`) in the table
         with a NaN threshold and the reason (looking them up raises); other errors
         (bad data, missing covariates) are raised.
+    cluster : str, optional
+        Forms ``auto``/``operator``: a run label (e.g. ``"case"``: the same inputs through
+        several variants) whose runs form one unit; runs of one cluster are not
+        independent, so the promise counts clusters, not runs.
+    pooling : bool, default True
+        Forms ``auto``/``operator``: let groups with too few units borrow the scores of
+        groups whose scores are exchangeable with theirs (tested; ``docs/guarantees.md``).
 
     Returns
     -------
@@ -271,10 +297,16 @@ def select(
                         f"and {type(tail).__name__}")
     ds = drop_duplicate_runs(validate(errors_or_fit))
     keys, inv = _group_keys(ds, plan.by)
-    groups = [_select_group(ds.isel(run=np.flatnonzero(inv == gi)), key, plan, scale, tail, seed)
-              for gi, key in enumerate(keys)]
+    if form in CERTIFIED_FORMS:
+        groups, name = certified_groups(ds, keys, inv, form=form, a=plan.a, g=plan.g, cluster=cluster,
+                                        pooling=pooling, seed=seed, scale=scale, on_error=on_error)
+        plan = dataclasses.replace(plan, names=[name], a_each=plan.a, g_each=plan.g)
+    else:
+        groups = [_select_group(ds.isel(run=np.flatnonzero(inv == gi)), key, plan, scale, tail, seed)
+                  for gi, key in enumerate(keys)]
     settings = {"fp_budget": plan.a, "confidence": plan.g, "method": method, "statistic": plan.requested,
                 "form": form, "by": list(plan.by), "budget_split": budget_split, "seed": seed,
+                "cluster": cluster, "pooling": pooling,
                 **tail.to_dict(), **scale.to_dict()}
     prov = {
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -319,13 +351,17 @@ def _plan(ds: Any, fp_budget: float, confidence: float, method: str, statistic: 
             or len(set(stats_req)) != len(stats_req):
         raise ValueError(f"statistic must be one of 'max_abs', 'max_ulp', 'max_rel', optionally with 'bias', "
                          f"got {statistic!r}")
-    if form is not None and form not in FORMS:
-        raise ValueError(f"form must be None or one of {FORMS}, got {form!r}")
-    if form is not None and max_stats[0] != "max_abs":
+    if form is not None and form not in FORMS + CERTIFIED_FORMS:
+        raise ValueError(f"form must be None or one of {CERTIFIED_FORMS + FORMS}, got {form!r}")
+    if form in FORMS and max_stats[0] != "max_abs":
         raise ValueError(f"form={form!r} normalises the absolute error: use statistic='max_abs' "
                          f"(got {max_stats[0]!r})")
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if form in CERTIFIED_FORMS and (stats_req != ["max_abs"] or method != "auto"):
+        raise ValueError(f"statistic={statistic!r} and method={method!r} apply to form=None and the scale forms; "
+                         f"form={form!r} calibrates its own score with tolstat.certify: pass form=None (or a scale "
+                         "form) to use them")
     by = tuple(by)
     if "op" not in by or "dtype" not in by or not set(by) <= set(GROUP_DIMS):
         raise ValueError(f"by must contain 'op' and 'dtype' (and optionally 'hardware'), got {by!r}")
@@ -334,8 +370,9 @@ def _plan(ds: Any, fp_budget: float, confidence: float, method: str, statistic: 
     if "run" not in ds.dims:
         raise ValueError("select needs an error dataset with a 'run' dimension (see docs/schema.md); "
                          "results of tolstat.estimators.fit carry no budget and cannot be re-calibrated")
-    names = ["max_score" if form is not None else max_stats[0]] + (["bias"] if "bias" in stats_req else [])
+    names = ["max_score" if form in FORMS else max_stats[0]] + (["bias"] if "bias" in stats_req else [])
     m = len(names)
+    # the statistics of one run are not independent: "sidak" is refused by split_budget
     a_each = split_budget(a, m, method=budget_split) if m > 1 else a
     g_each = 1.0 - (1.0 - g) / m
     return _Plan(a, g, method, stats_req, max_stats[0], form, names, a_each, g_each, by, budget_split, on_error)

@@ -16,6 +16,7 @@ max_rel    ``max_i |d_i| / max(|ref_i|, rel_floor)``          relative
 max_ulp    ``max_i ulp(actual_i, ref_i)``                     ULP of the target dtype
 max_score  ``max_i |d_i| / s(|ref_i|, covariates)``           multiples of the scale
 bias       ``sqrt(N) * |mean(d)| / mean(|d|)``                dimensionless
+op_score   ``max_j T_j / q_j`` over operator-noise statistics multiples of the normalisers
 ========== ================================================== ==========================
 
 A new statistic is one more :class:`Statistic` (see :func:`register`).
@@ -39,6 +40,7 @@ import numpy as np
 
 from ._dtypes import target_dtype
 from .metrics import ErrorMetrics
+from .noise import MID_SUFFIX, combined_score, record_statistics
 
 __all__ = [
     "Statistic",
@@ -51,6 +53,11 @@ __all__ = [
     "metric_covariates",
     "bias_score",
     "RUN_BLOCK",
+    "correctly_rounded",
+    "dataset_op_statistics",
+    "pair_op_statistics",
+    "op_score",
+    "OP_UNIT_FLOOR",
 ]
 
 
@@ -208,6 +215,57 @@ def _score_allclose(c: float, dtype: str, model: Any, cov: Mapping[str, Any] | N
     return float(c * at), float(c * rt)
 
 
+# --------------------------------------------------------------------------- operator score
+#: operator statistics that are <= 1 for a correctly rounded output (the half-ULP property
+#: of the noise scale, ``docs/noise.md``): their resolution floor is 1
+OP_UNIT_FLOOR = tuple(b + s for b in ("op_max", "op_rms", "op_mean", "op_row_rms_max", "op_row_rms_mean")
+                      for s in ("", MID_SUFFIX))
+
+
+def correctly_rounded(max_ulp: Any) -> np.ndarray:
+    """True where a run's output is the reference rounded to nearest in the output format.
+
+    The one rule of the operator score: such a run has ``op_score = 0`` (every statistic
+    is set to 0), in calibration and in a check alike, so a correctly rounded output
+    passes every threshold. ``max_ulp`` is the run's largest ULP distance to the
+    reference rounded once (the dataset variable ``max_ulp``; ``max(ErrorMetrics.ulp)``).
+    """
+    return np.asarray(max_ulp, dtype=np.float64) == 0.0
+
+
+def dataset_op_statistics(ds: Any, names: Any) -> dict[str, np.ndarray]:
+    """The operator statistics ``names`` of every run, correctly rounded runs set to 0."""
+    missing = [k for k in names if k not in ds]
+    if missing:
+        raise ValueError(f"the error dataset lacks the operator statistics {missing} (collect with magnitude=...)")
+    cr = correctly_rounded(ds["max_ulp"].values)
+    return {k: np.where(cr, 0.0, np.asarray(ds[k].values, dtype=np.float64)) for k in names}
+
+
+def pair_op_statistics(actual: Any, expected: Any, m: ErrorMetrics, *, dtype: Any, magnitude: Any = None,
+                       K: float = 1.0, rowwise: bool = False, op: str | None = None) -> dict[str, float]:
+    """:func:`tolstat.noise.record_statistics` of one pair, all 0 when correctly rounded."""
+    st = record_statistics(actual, expected, dtype=dtype, magnitude=magnitude, K=K, rowwise=rowwise, op=op)
+    if m.ulp.size and bool(correctly_rounded(np.max(m.ulp))):
+        return {k: (0.0 if not math.isnan(v) else v) for k, v in st.items()}
+    return st
+
+
+def op_score(stats: Mapping[str, Any], normalisers: Mapping[str, float], *, which: bool = False) -> Any:
+    """The operator combined score ``S = max_j T_j / q_j`` (:func:`tolstat.noise.combined_score`)."""
+    return combined_score(stats, normalisers, which=which)
+
+
+def _op_score_from_dataset(ds: Any, model: Any = None) -> RunScores:
+    cert = _need_model("op_score", model)
+    q = dict(cert["normalisers"])
+    return RunScores(np.asarray(op_score(dataset_op_statistics(ds, list(q)), q), dtype=np.float64), 0)
+
+
+def _op_score_metrics(m: ErrorMetrics, model: Any, cov: Mapping[str, Any], dtype: str) -> float:
+    raise ValueError("op_score is computed from the output, the reference and the magnitude: use tolstat.check")
+
+
 # --------------------------------------------------------------------------- registry
 @dataclass(frozen=True)
 class Statistic:
@@ -257,11 +315,11 @@ class Statistic:
     allclose: Callable[..., tuple[float, float]] | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in ("max", "run"):
-            raise ValueError(f"Statistic.kind must be 'max' or 'run', got {self.kind!r}")
+        if self.kind not in ("max", "run", "score"):
+            raise ValueError(f"Statistic.kind must be 'max', 'run' or 'score', got {self.kind!r}")
         if self.kind == "max" and self.element_scores is None:
             raise ValueError(f"max statistic {self.name!r} needs element_scores")
-        if self.kind == "run" and self.from_metrics is None:
+        if self.kind in ("run", "score") and self.from_metrics is None:
             raise ValueError(f"run statistic {self.name!r} needs from_metrics")
 
     def elements(self, m: ErrorMetrics, model: ScaleLike | None = None, covariates: Mapping[str, Any] | None = None,
@@ -276,7 +334,7 @@ class Statistic:
     def value(self, m: ErrorMetrics, model: ScaleLike | None = None, covariates: Mapping[str, Any] | None = None,
               dtype: str | None = None) -> float:
         """The statistic of one output/reference pair."""
-        if self.kind == "run":
+        if self.kind in ("run", "score"):
             assert self.from_metrics is not None
             return float(self.from_metrics(m, model, covariates or {}, dtype or m.dtype))
         return float(np.max(self.elements(m, model, covariates, dtype)))
@@ -363,6 +421,13 @@ register(Statistic(
     description="sqrt(N)*|mean(actual - expected)| / mean|actual - expected| (bias)",
     needs=("mean_signed", "mean_abs", "n_elements"), from_dataset=_bias_from_dataset,
     from_metrics=_bias_from_metrics,
+))
+
+register(Statistic(
+    name="op_score", kind="score", unit="multiples of the per-statistic normalisers",
+    description="max_j T_j / q_j over operator-noise statistics (0 when correctly rounded)",
+    needs=("max_ulp",), from_dataset=_op_score_from_dataset, scaled=True,
+    from_metrics=_op_score_metrics,
 ))
 
 #: names of the built-in statistics a table can hold

@@ -68,6 +68,11 @@ class ToleranceEntry:
         Noise-scale model of ``max_score``.
     fp_budget, confidence : float
         The promise of the whole check.
+    certificate : dict or None
+        How the group's threshold was chosen and what it promises (forms ``"auto"`` and
+        ``"operator"``): ``form``, ``form_reason``, ``method``, ``guarantee``; for the
+        operator form ``statistics``, ``normalisers``, ``rowwise``, ``needs_magnitude``,
+        ``covariates``, ``pool``, ``flags`` (:func:`tolstat.certify.certify`).
     """
 
     op: str
@@ -80,6 +85,12 @@ class ToleranceEntry:
     scale: ScaleModel | None
     fp_budget: float
     confidence: float
+    certificate: dict[str, Any] | None = None
+
+    @property
+    def operator(self) -> bool:
+        """True for an operator-form entry (checked with the combined score ``op_score``)."""
+        return "op_score" in self.statistics
 
     @property
     def max_statistic(self) -> str:
@@ -113,6 +124,14 @@ def _f(v: Any) -> Any:
     if math.isfinite(v):
         return v
     return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+
+
+def _certificate(d: xr.Dataset, i: int) -> dict[str, Any] | None:
+    """The group's certificate dict (None for tables without one, e.g. older files)."""
+    if "certificate_json" not in d:
+        return None
+    s = str(d["certificate_json"].values[i])
+    return json.loads(s) if s else None
 
 
 def _uf(v: Any) -> float:
@@ -329,6 +348,8 @@ class ToleranceTable:
                 "scale_rtol": (gdim, np.array([_uf(s.get("rtol", 0.0)) if s else np.nan for s in scales])),
                 "scale_json": (gdim, np.array([json.dumps(s, sort_keys=True) if s else "" for s in scales],
                                               dtype=str)),
+                "certificate_json": (gdim, np.array([json.dumps(g["certificate"], sort_keys=True)
+                                                     if g.get("certificate") else "" for g in groups], dtype=str)),
             },
             coords={
                 "op": (gdim, np.array([str(g["op"]) for g in groups], dtype=str)),
@@ -371,6 +392,7 @@ class ToleranceTable:
                     "top_scores": [_f(v) for v in top[~np.isnan(top)]],
                 }
             sj = str(d["scale_json"].values[i])
+            cj = _certificate(d, i)
             out.append({
                 "op": str(d["op"].values[i]),
                 "dtype": str(d["dtype"].values[i]),
@@ -378,6 +400,7 @@ class ToleranceTable:
                 "n": int(d["n"].values[i]),
                 "n_inexact": int(d["n_inexact"].values[i]),
                 "scale": json.loads(sj) if sj else None,
+                **({"certificate": cj} if cj else {}),
                 "statistics": st,
             })
         return out
@@ -512,7 +535,7 @@ class ToleranceTable:
             op=str(d["op"].values[i]), dtype=dt, hardware=str(d["hardware"].values[i]),
             requested_hardware=hardware, fallback=how, n=int(d["n"].values[i]), statistics=stats,
             scale=ScaleModel.from_dict(json.loads(sj)) if sj else None,
-            fp_budget=self.fp_budget, confidence=self.confidence,
+            fp_budget=self.fp_budget, confidence=self.confidence, certificate=_certificate(d, i),
         )
 
 
