@@ -59,6 +59,7 @@ import numpy as np
 from scipy import stats as _st
 
 from ._util import NotEnoughData
+from ._validate import unit_interval as _unit_interval
 from .noise import combined_score
 from .estimators.orderstat import (
     conformal_min_n,
@@ -92,16 +93,6 @@ class UnreachableThresholdWarning(UserWarning):
 
 
 # --------------------------------------------------------------------------- validation
-def _unit_interval(name: str, v: Any) -> float:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number in (0, 1), got {v!r}") from None
-    if not (0.0 < f < 1.0):
-        raise ValueError(f"{name} must lie strictly between 0 and 1, got {v!r}")
-    return f
-
-
 def _as_matrix(stats: Any, names: Sequence[str] | None = None, *, what: str = "stats") -> tuple[np.ndarray, tuple[str, ...]]:
     """(runs, statistics) float64 matrix and the statistic names from a mapping or an array."""
     if isinstance(stats, Mapping):
