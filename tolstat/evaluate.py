@@ -198,7 +198,8 @@ def _from_corpus_pairs(pairs: list[tuple], op: str, dtype: str, seed: int) -> xr
     """Error dataset of one (op, dtype) from corpus pairs, keeping the covariates every case has."""
     from . import corpus
 
-    cov_keys = set.intersection(*(set(p[4]) for p in pairs))
+    # the covariates every case has, in the first case's order (deterministic, unlike a set's)
+    cov_keys = [k for k in pairs[0][4] if all(k in p[4] for p in pairs)]
     pairs = [(a, e, m, lab, {k: c[k] for k in cov_keys}) for a, e, m, lab, c in pairs]
     return from_pairs(pairs, op=op, dtype=dtype, hardware="cpu:tolstat-corpus", seed=seed, sample_size=512,
                       progress=False, rowwise=op in corpus.ROWWISE)
