@@ -133,3 +133,25 @@ def test_methods_are_the_comparison_rules(capsys):
     assert np.isfinite(loose).all() and (loose > 0).any()
     with pytest.raises(ValueError, match="distinct names"):
         evaluate(EvalConfig.preset("tiny", ops=["gelu"]), progress=False, methods=["study", "study"])
+
+
+def test_kernel_protocol_calibrates_each_variant_on_its_own_runs():
+    """protocol="kernel": the study rule's threshold of a check is 1.5 x p95 of the calibration
+    runs of the check's own variant (a bug: of the variant it modifies), not of the whole op."""
+    cfg = dict(ops=["matmul"], dtypes=("float16",))
+    r_op = evaluate(EvalConfig.preset("tiny", **cfg), progress=False, methods=["study"])
+    r_k = evaluate(EvalConfig.preset("tiny", protocol="kernel", **cfg), progress=False, methods=["study"])
+    cal = r_k.calibration
+    thr_op = r_op.threshold_for("study", "matmul", "float16")
+    assert thr_op == pytest.approx(1.5 * np.percentile(cal.max_abs.values, 95))
+    c_op, c_k = r_op.checks, r_k.checks
+    assert (c_op.variant.values == c_k.variant.values).all()
+    variants = np.unique(c_k.variant.values)
+    assert variants.size > 1
+    for v in variants:
+        thr_v = 1.5 * np.percentile(cal.max_abs.values[cal.variant.values == v], 95)
+        sel = c_k.variant.values == v
+        want = c_op.score.sel(method="study").values[sel] * thr_op / thr_v
+        np.testing.assert_allclose(c_k.score.sel(method="study").values[sel], want, rtol=1e-12)
+    with pytest.raises(ValueError, match="protocol must be one of"):
+        EvalConfig(protocol="variant")

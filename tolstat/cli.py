@@ -79,10 +79,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     cfg = EvalConfig.preset("quick" if args.quick else "default", n_cal=args.n_cal,
                             n_test=args.n_test, fp_budget=args.fp_budget,
                             confidence=args.confidence, seed=args.seed,
-                            ops=args.ops.split(",") if args.ops else None)
+                            ops=args.ops.split(",") if args.ops else None, protocol=args.protocol)
     print(f"tolstat evaluate: ops={cfg.ops or 'all'} dtypes={list(cfg.dtypes)} "
           f"n_cal={cfg.n_cal} n_test={cfg.n_test} fp_budget={cfg.fp_budget:g} "
-          f"confidence={cfg.confidence:g}", flush=True)
+          f"confidence={cfg.confidence:g}" + (" protocol=kernel" if cfg.protocol == "kernel" else ""), flush=True)
     res = evaluate(cfg, progress=args.progress)
     n_ctrl = int((res.checks.kind == "control").sum())
     n_bug = int((res.checks.kind == "bug").sum())
@@ -325,6 +325,9 @@ def _add_data_commands(sub: Any) -> None:
     e.add_argument("--seed", type=int, default=None)
     e.add_argument("-o", "--output", default="tolstat-results", help="output folder")
     e.add_argument("--per-bug", action="store_true", help="also print recall per bug kind")
+    e.add_argument("--protocol", choices=("op", "kernel"), default=None,
+                   help="thresholds per (op, dtype) over all correct variants (op, default), or per "
+                   "kernel (op, dtype, variant), a buggy kernel checked against the variant it modifies")
     e.add_argument("--no-plots", action="store_true")
     e.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     e.set_defaults(func=_cmd_evaluate)

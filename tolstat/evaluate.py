@@ -67,6 +67,10 @@ AllClose = StaticRule
 
 #: thresholds are per (op, dtype), pooled over the one corpus hardware label
 BY = ("op", "dtype")
+#: evaluation protocols: ``"op"`` calibrates every method per (op, dtype) over all correct
+#: variants; ``"kernel"`` per (op, dtype, variant), a buggy kernel checked against the
+#: thresholds of the correct kernel it modifies
+PROTOCOLS = ("op", "kernel")
 
 
 # --------------------------------------------------------------------------- methods
@@ -103,6 +107,14 @@ class EvalConfig:
         Calibration seed; the test cases use ``seed + 1``.
     quick : bool
         Small shapes only.
+    protocol : {"op", "kernel"}
+        ``"op"`` (default): every calibrated method (the study's rule and tolstat's) gets
+        one threshold per (op, dtype), calibrated on the runs of all the op's correct
+        variants: the setting of a new kernel (e.g. one written by a model) tested against
+        an operator's known implementations. ``"kernel"``: one per (op, dtype, variant),
+        calibrated on that variant's own correct runs, and a buggy kernel is checked
+        against the thresholds of the correct variant it modifies: the setting of a
+        kernel author who changes a known-good kernel (regression testing).
     """
 
     ops: list[str] | None = None
@@ -113,9 +125,13 @@ class EvalConfig:
     confidence: float = 0.95
     seed: int = 0
     quick: bool = False
+    protocol: str = "op"
 
     def __post_init__(self) -> None:
         from . import corpus
+
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
 
         _validate.count("n_cal", self.n_cal)
         _validate.count("n_test", self.n_test)
@@ -514,11 +530,24 @@ def _evaluate(cfg: EvalConfig, methods: Sequence[Any] | None, progress: bool | N
         raise ValueError(f"methods must be a non-empty list with distinct names, got {names}")
     cal = calibration_dataset(cfg, progress=progress)
     controls, bugs = heldout_datasets(cfg, covariates=cal.attrs["covariates"].split(","), progress=progress)
-    rules, scores, thresholds, skipped = _score_methods(rules, cal, controls, bugs, cfg)
+    if cfg.protocol == "kernel":
+        parts = [_kernel_groups(d) for d in (cal, controls, bugs)]
+        rules, scores, thresholds, skipped = _score_methods(rules, *parts, cfg)
+    else:
+        rules, scores, thresholds, skipped = _score_methods(rules, cal, controls, bugs, cfg)
     checks = _checks_dataset(controls, bugs, scores, rules)
     summary, per_bug, per_op = _summaries(checks, rules, cfg.fp_budget)
     return EvalResult(cfg, checks, summary, cal, rules, time.perf_counter() - t0, per_bug, per_op, skipped,
                       thresholds)
+
+
+def _kernel_groups(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with each run's variant joined to its hardware label, so that every rule's
+    grouping by (op, dtype, hardware) is one group per kernel (protocol ``"kernel"``; a
+    buggy run carries the variant it modifies)."""
+    hw = np.asarray(ds["hardware"].values).astype(str)
+    var = np.asarray(ds["variant"].values).astype(str)
+    return ds.assign_coords(hardware=("run", np.char.add(np.char.add(hw, "|"), var)))
 
 
 def _score_methods(rules: Sequence[Rule], cal: xr.Dataset, controls: xr.Dataset, bugs: xr.Dataset | None,
@@ -533,9 +562,10 @@ def _score_methods(rules: Sequence[Rule], cal: xr.Dataset, controls: xr.Dataset,
     cols: list[np.ndarray] = []
     thresholds: dict[str, dict[tuple[str, str], float]] = {}
     skipped: dict[str, str] = {}
+    by = BY + ("hardware",) if cfg.protocol == "kernel" else BY
     for rule in rules:
         out = calibrate_and_score(rule, cal, controls, bugs, budget=cfg.fp_budget, confidence=cfg.confidence,
-                                  by=BY)
+                                  by=by)
         col = np.concatenate([out.ratios, out.buggy_ratios])
         why = out.error or next(iter(out.reasons.values()), "")
         if not why and np.isnan(col).any():
@@ -546,7 +576,7 @@ def _score_methods(rules: Sequence[Rule], cal: xr.Dataset, controls: xr.Dataset,
             continue
         kept.append(rule)
         cols.append(col)
-        if rule.unit == "max_abs":
+        if rule.unit == "max_abs" and cfg.protocol == "op":  # per-kernel thresholds are not plotted
             thresholds[rule.name] = {(op, dt): t for (op, dt, _), t in out.thresholds.items()}
     if not kept:
         raise ValueError("no method could be calibrated: " + "; ".join(skipped.values()))
