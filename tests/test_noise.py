@@ -11,7 +11,7 @@ import pytest
 import tolstat
 from tolstat import noise
 from tolstat._dtypes import target_dtype
-from tolstat.noise import noise_scale, register_invariant, run_statistics, unit_roundoff
+from tolstat.noise import noise_scale, record_statistics, register_invariant, run_statistics, unit_roundoff
 
 FORMATS = ["float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2"]
 
@@ -117,6 +117,8 @@ def _naive(actual, expected, dtype, magnitude, K, row_axis):
         "op_rms": math.sqrt(sum(v * v for v in z.ravel()) / n),
         "op_mean": sum(abs(v) for v in z.ravel()) / n,
         "op_bias": abs(sum(z.ravel()) / n) * math.sqrt(n),
+        "op_sbias": abs(sum((v if e > 0 else -v) if e != 0 else 0.0
+                            for v, e in zip(z.ravel(), expected.ravel())) / n) * math.sqrt(n),
         "op_frac": sum(abs(v) > 1.5 for v in z.ravel()) / n,
         "op_row_rms_max": max(row_rms),
         "op_row_rms_mean": sum(row_rms) / len(row_rms),
@@ -366,3 +368,23 @@ def test_corpus_calibration_dataset_records_op_statistics():
     assert np.all(np.isnan(ds["op_row_rms_max"].values[~soft]))  # mean is not row-wise
     # attrs survive concat although the first dataset (mean) lacks the variable
     assert ds["inv_row_sum"].attrs["role"] == "op_statistic"
+
+
+def test_sbias_sees_a_bias_toward_zero_that_the_signed_mean_cancels():
+    """Truncation (round toward zero) moves every element toward zero: the signed mean of
+    ``z`` cancels over references of both signs, ``op_sbias`` grows like sqrt(n)."""
+    rng = np.random.default_rng(3)
+    ref = rng.standard_normal(4096)
+    ref = ref - ref.mean()
+    near = ref.astype(np.float16)
+    trunc = np.where(np.abs(near.astype(np.float64)) > np.abs(ref),
+                     np.nextafter(near, np.float16(0)), near)  # round toward zero
+    assert (np.abs(trunc.astype(np.float64)) <= np.abs(ref)).all()
+    st_rn = run_statistics(near, ref, dtype="float16")
+    st_tz = run_statistics(trunc, ref, dtype="float16")
+    assert st_rn["op_sbias"] < 3.0  # round to nearest: no direction, |z-mean| ~ 1
+    assert st_tz["op_sbias"] > 10 * st_rn["op_sbias"] and st_tz["op_sbias"] > 15.0
+    assert st_tz["op_bias"] < 0.2 * st_tz["op_sbias"]  # the plain signed mean cancels
+    # the fused path of the error dataset computes the same number
+    rec = record_statistics(trunc, ref, dtype="float16")
+    assert rec["op_sbias"] == pytest.approx(st_tz["op_sbias"], rel=1e-9)

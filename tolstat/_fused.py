@@ -179,12 +179,13 @@ def _op_kernel(a: np.ndarray, e: np.ndarray, m: np.ndarray, use_m: bool, A: floa
     """Core and row statistics of ``z = d / s`` under the two noise shapes in one pass.
 
     ``s0 = (A |e| + B m) + D`` and ``s1 = ((A |e| + B m) + C m) + D``, in numpy's order of
-    :func:`tolstat.noise.noise_scale`. Returns ``(stats[2, 8], bad[2])``: per shape max
+    :func:`tolstat.noise.noise_scale`. Returns ``(stats[2, 9], bad[2])``: per shape max
     ``|z|``, sum ``z^2``, sum ``|z|``, sum ``z``, count ``|z| > k``, max row mean of
-    ``z^2``, sum of row RMS, max row ``|sum d| / sqrt(sum s^2)``; ``bad``: a non-finite
+    ``z^2``, sum of row RMS, max row ``|sum d| / sqrt(sum s^2)``, sum ``sign(e) z``;
+    ``bad``: a non-finite
     mismatch was seen (the statistics of that shape are then all ``inf``).
     """
-    out = np.zeros((2, 8))
+    out = np.zeros((2, 9))
     out[:, 5] = -1.0
     bad = np.zeros(2, dtype=np.bool_)
     n = e.size
@@ -199,6 +200,7 @@ def _op_kernel(a: np.ndarray, e: np.ndarray, m: np.ndarray, use_m: bool, A: floa
         base = A * ae + B * mv
         d = av - ev
         same = av == ev or (np.isnan(av) and np.isnan(ev))
+        sg = 1.0 if ev > 0 else (-1.0 if ev < 0 else 0.0)
         for j in range(2):
             s = (base + C * mv) + D if j == 1 else base + D
             dj = d
@@ -214,6 +216,7 @@ def _op_kernel(a: np.ndarray, e: np.ndarray, m: np.ndarray, use_m: bool, A: floa
             out[j, 1] += z * z
             out[j, 2] += az
             out[j, 3] += z
+            out[j, 8] += sg * z
             if az > frac_k:
                 out[j, 4] += 1.0
             rs2[j] += z * z
@@ -241,7 +244,7 @@ def op_statistics(actual: np.ndarray, expected: np.ndarray, magnitude: np.ndarra
     """:func:`_op_kernel` on flat float64 views; ``rowlen`` None: no row statistics.
 
     ``actual``, ``expected`` (and ``magnitude``) are float64 arrays of one shape with rows
-    along the last axis. Returns ``(stats[2, 8], bad[2])`` as the kernel does.
+    along the last axis. Returns ``(stats[2, 9], bad[2])`` as the kernel does.
     """
     a = np.ravel(actual)
     e = np.ravel(expected)

@@ -101,6 +101,7 @@ STATISTICS: dict[str, str] = {
     "op_rms": "sqrt(mean z_i^2)",
     "op_mean": "mean |z_i|",
     "op_bias": "|mean z_i| * sqrt(n): normalised signed mean",
+    "op_sbias": "|mean sign(ref_i) z_i| * sqrt(n): normalised mean toward or away from zero",
     "op_frac": "fraction of elements with |z_i| > k (k = FRAC_K unless given)",
     "op_row_rms_max": "largest RMS of z over a row (row-wise ops; NaN otherwise)",
     "op_row_rms_mean": "mean over rows of the row RMS of z (row-wise ops; NaN otherwise)",
@@ -414,6 +415,8 @@ def run_statistics(
     out["op_rms"] = float(math.sqrt(z2.mean()))
     out["op_mean"] = float(az.mean())
     out["op_bias"] = float(abs(z.mean()) * math.sqrt(n))
+    sg = np.sign(np.where(finite, e, 0.0))  # a matched non-finite pair counts as exact (z = 0)
+    out["op_sbias"] = float(abs((sg * z).mean()) * math.sqrt(n))
     out["op_frac"] = float(np.count_nonzero(az > frac_k) / n)
     if rowwise and a.ndim:
         zr = np.moveaxis(z2, row_axis, -1)
@@ -448,7 +451,7 @@ def _invariant_values(a: np.ndarray, e: np.ndarray, s: np.ndarray, finite: np.nd
 MID_SUFFIX = "_mid"
 #: statistics (before the ``_mid`` copies and the ``inv_*``) that enter the recommended
 #: combined score ``S = max_j T_j / q_j`` (measured in ``benchmarks/opstat_recall.py``)
-SCORE_CORE = ("op_max", "op_rms", "op_row_rms_max", "op_bias", "op_row_bias_max")
+SCORE_CORE = ("op_max", "op_rms", "op_row_rms_max", "op_bias", "op_sbias", "op_row_bias_max")
 
 
 def record_statistics(
@@ -533,9 +536,10 @@ def _record_fused(actual: Any, expected: Any, *, dtype: Any, magnitude: Any, K: 
         if bad[j]:
             out.update({nm + suffix: math.inf for nm in names})
             continue
-        mx, s2, sa, sz, cnt, rms_max, rms_sum, bias_max = (float(v) for v in st[j])
+        mx, s2, sa, sz, cnt, rms_max, rms_sum, bias_max, ssz = (float(v) for v in st[j])
         vals = {"op_max": mx, "op_rms": math.sqrt(s2 / n), "op_mean": sa / n,
-                "op_bias": abs(sz / n) * math.sqrt(n), "op_frac": cnt / n}
+                "op_bias": abs(sz / n) * math.sqrt(n), "op_sbias": abs(ssz / n) * math.sqrt(n),
+                "op_frac": cnt / n}
         if rows:
             vals.update(op_row_rms_max=math.sqrt(rms_max), op_row_rms_mean=rms_sum / (n // a.shape[row_axis]),
                         op_row_bias_max=bias_max)
