@@ -536,6 +536,28 @@ def _pool_p(x: np.ndarray, rest: np.ndarray) -> float:
     return min(1.0, 2.0 * min(p_ad, p_mw))
 
 
+#: quantile of the rest of the pool above which :func:`_pool_p_shape` compares tail counts
+POOL_TAIL_LEVEL = 0.9
+
+
+def _pool_p_shape(x: np.ndarray, rest: np.ndarray) -> float:
+    """p-value of "x is exchangeable with rest" after each group's level was removed.
+
+    ``2 * min(p_KS, p_tail)``: the two-sided two-sample Kolmogorov-Smirnov test (shape and
+    spread; uncapped p-value) and Fisher's exact test, one-sided, of the share of ``x``
+    above the :data:`POOL_TAIL_LEVEL` quantile of ``rest`` (a heavier upper tail, what
+    breaks a pooled promise). 1 without spread.
+    """
+    both = np.concatenate([x, rest])
+    if np.unique(both).size < 2:
+        return 1.0
+    p_ks = float(_st.ks_2samp(x, rest).pvalue)
+    t = float(np.quantile(rest, POOL_TAIL_LEVEL, method="higher"))
+    k, kr = int((x > t).sum()), int((rest > t).sum())
+    p_tail = float(_st.fisher_exact([[k, x.size - k], [kr, rest.size - kr]], alternative="greater").pvalue)
+    return min(1.0, 2.0 * min(p_ks, p_tail))
+
+
 def _holm(p: np.ndarray) -> np.ndarray:
     """Holm step-down adjusted p-values (parity with statsmodels ``multipletests(method='holm')``
     is tested; written out because that call spends most of its time in ``gc.collect``)."""
@@ -802,6 +824,10 @@ def _group_infos(ctx: _Ctx, m: np.ndarray, glab: np.ndarray, clab: Any, cov: Any
             nA = max(nA, 1, min(max_fit, u.n // 3))
         iA, iB = split_units(u.n, nA, ctx.seed)
         fitpart = v if nA == 0 else v[iA]
+        if ctx.own_pool and u.n - 1 < nmin and (np.nanmax(fitpart, axis=1) > 0).any():
+            # the pool compares the positive scores of groups that differ in their share of
+            # exact runs: balance the statistics on the positive units of A only
+            fitpart = fitpart[np.nanmax(fitpart, axis=1) > 0]
         q = fit_normalisers(fitpart, quantile=ctx.norm_quantile, resolution=dict(zip(an, ctx.floors[active])),
                             names=an)
         info[str(gname)] = dict(units=u, v=v, names=an, active=active, exact=bool(np.nanmax(v) == 0.0), iA=iA,
@@ -919,11 +945,90 @@ def _pool_scores(ctx: _Ctx, members: list[str], cols: list[int], names_union: tu
     return qP, scores, {gn: int(calparts[gn].shape[0]) for gn in members}
 
 
-def _own_scores(ctx: _Ctx, members: list[str]) -> tuple[dict[str, np.ndarray], dict[str, int], list[int]]:
-    """Each member's part-B scores under its own normalisers (``pool_normalisers="own"``)."""
-    scores = {gn: np.nanmax(ctx.info[gn]["v"][ctx.info[gn]["iB"]] / ctx.info[gn]["q"], axis=1) for gn in members}
-    return scores, {gn: int(ctx.info[gn]["iB"].size) for gn in members}, [int(ctx.info[gn]["iA"].size)
-                                                                           for gn in members]
+def _own_positive_scores(ctx: _Ctx, members: list[str], level: float) -> dict[str, np.ndarray]:
+    """Each member's positive part-B scores in units of its own level (``pool_normalisers="own"``).
+
+    ``S`` under the member's own normalisers; its positive part-B scores as ``log S - loc``
+    with ``loc`` the median of ``log S`` over the member's positive units (both parts, so
+    that it is as precise as the group's data allow), stored in ``ctx.info[g]`` with
+    ``loc_upper`` (a distribution-free upper confidence bound of that median at ``level``,
+    an order statistic; NaN when too few units are positive) and ``n_pos`` (positive
+    part-B units). Zero scores (correctly rounded runs) are left out: how often a group's
+    runs are exact differs between operators and is bounded per group (:func:`_pool_own`).
+    """
+    out = {}
+    for gn in members:
+        d = ctx.info[gn]
+        s_all = np.nanmax(d["v"] / d["q"], axis=1)
+        lp = np.sort(np.log(s_all[s_all > 0]))
+        d["loc"] = float(np.median(lp)) if lp.size else 0.0
+        d["loc_upper"] = (float(lp[int(order_statistic_rank(lp.size, 0.5, level)[0]) - 1])
+                          if lp.size >= order_statistic_min_n(0.5, level) else math.nan)
+        sB = s_all[d["iB"]]
+        d["n_pos"] = int((sB > 0).sum())
+        out[gn] = np.log(sB[sB > 0]) - d["loc"]
+    return out
+
+
+def _pool_own(ctx: _Ctx, members: list[str], need_here: list[str], *, min_pool: int, min_test_units: int,
+              pool_alpha: float) -> None:
+    """Pooled thresholds of a pool of different operators (``pool_normalisers="own"``).
+
+    A new run of group ``g`` fails when its score is positive and, given that, beyond the
+    threshold: ``P(fail) = pi_g * P(S > t | S > 0)``. ``pi_g`` (the share of inexact runs)
+    differs between operators and is bounded from the group's own part B (Clopper-Pearson,
+    one-sided). The positive scores, each group's relative to its own median level
+    (:func:`_own_positive_scores`), are pooled and tested for exchangeability
+    (:func:`_pool_p_shape`, Holm); the threshold is ``exp(loc_upper + t)``, with ``t`` the
+    pooled order statistic at the conditional budget ``fp_budget / pi_upper`` and
+    ``loc_upper`` an upper confidence bound of the group's median level (its estimate
+    from few units would otherwise shift the group against the pool). The three bounds
+    each hold with probability ``1 - (1 - confidence) / 3``, together with probability
+    ``>= confidence`` (union bound), and then ``P(fail) <= pi_upper * fp_budget / pi_upper``.
+    Shown by simulation in ``tests/test_certify_own_pool_sim.py``.
+    """
+    a, g = ctx.a, ctx.g
+    third = (1.0 - g) / 3.0
+    scores = _own_positive_scores(ctx, members, 1.0 - third)
+    testable = [gn for gn in members if scores[gn].size >= min_test_units]
+    raw_p = np.array([_pool_p_shape(scores[gn], np.concatenate([scores[h] for h in members if h != gn]))
+                      for gn in testable])
+    adj = dict(zip(testable, _holm(raw_p)))
+    ok = [gn for gn in members if gn in adj and adj[gn] > pool_alpha]
+    pooled = np.sort(np.concatenate([scores[gn] for gn in ok])) if ok else np.empty(0)
+    for s in need_here:
+        d = ctx.info[s]
+        nB, k = int(d["iB"].size), int(d["n_pos"])
+        pi_u = 1.0 if k >= nB else float(_st.beta.ppf(1.0 - third, k + 1, nB - k))
+        a_c = min(1.0, a / pi_u)
+        if a_c < 1.0 and _pool_refusal(ctx, s, adj, pooled, ok, min_pool, min_test_units, pool_alpha,
+                                       need_n=order_statistic_min_n(1.0 - a_c, 1.0 - third)):
+            continue
+        if a_c >= 1.0:
+            t, r, thr = -math.inf, 0, 0.0
+        else:
+            if not math.isfinite(d["loc_upper"]):
+                ctx.refuse(s, f"{nB} calibration units < {ctx.nmin} needed, and too few inexact units to bound "
+                           "its level for pooling", ctx.need(d))
+                continue
+            r = int(order_statistic_rank(pooled.size, 1.0 - a_c, 1.0 - third)[0])
+            t = float(pooled[r - 1])
+            thr = math.exp(d["loc_upper"] + t)
+        guar = (f"PAC: with probability >= {g:g} over the calibration units, the probability that the check of a "
+                f"new correct {'cluster' if ctx.clusters_declared else 'run'} fails is <= {a:g}, as the product of "
+                f"the group's share of inexact runs (<= {pi_u:.3g}: Clopper-Pearson bound from {k} of its own {nB} "
+                f"units) and the pooled conditional bound at budget {a_c:.3g} (the {r}-th smallest of {pooled.size} "
+                f"pooled positive scores, each group's in units of its own median level; the group's level taken "
+                f"at an upper confidence bound of its median), three bounds each at confidence {1 - third:.4g} "
+                f"(union bound). Assumes independent, identically distributed units, and holds only if the "
+                f"group's positive scores, relative to its level, are exchangeable with the pool's: tested "
+                f"(Kolmogorov-Smirnov and a one-sided tail-count test against the rest of the pool, Holm-adjusted "
+                f"p = {adj[s]:.3g} > {pool_alpha:g}), not proved.")
+        reason = (f"pooled order statistic: own {nB} calibration units < {ctx.nmin} needed; {k} of them inexact; "
+                  f"borrowed {pooled.size} positive scores of {len(ok)} exchangeable groups (each with its own "
+                  "normalisers and level)")
+        _finish(ctx, s, thr, "pooled_order_statistic", guar, d["q"], d["names"], r, pooled.size, reason,
+                pool=tuple(ok), pool_p=float(adj[s]), split=(int(d["iA"].size), nB))
 
 
 def _pool(ctx: _Ctx, members: list[str], need_here: list[str], *, min_fit: int, min_pool: int,
@@ -939,11 +1044,10 @@ def _pool(ctx: _Ctx, members: list[str], need_here: list[str], *, min_fit: int, 
     names_union = tuple(n_ for n_ in ctx.names if any(n_ in ctx.info[gn]["names"] for gn in members))
     cols = [ctx.names.index(n_) for n_ in names_union]
     if own:
-        scores, ncal, kfit = _own_scores(ctx, members)
-        qP = np.full(len(names_union), np.nan)
-    else:
-        kfit = _pool_fit_sizes([ctx.info[gn]["units"].n for gn in members], len(cols), min_fit, nmin)
-        qP, scores, ncal = _pool_scores(ctx, members, cols, names_union, kfit)
+        _pool_own(ctx, members, need_here, min_pool=min_pool, min_test_units=min_test_units, pool_alpha=pool_alpha)
+        return
+    kfit = _pool_fit_sizes([ctx.info[gn]["units"].n for gn in members], len(cols), min_fit, nmin)
+    qP, scores, ncal = _pool_scores(ctx, members, cols, names_union, kfit)
     testable = [gn for gn in members if scores[gn].size >= min_test_units]
     raw_p = np.array([_pool_p(scores[gn], np.concatenate([scores[h] for h in members if h != gn]))
                       for gn in testable])
@@ -956,32 +1060,35 @@ def _pool(ctx: _Ctx, members: list[str], need_here: list[str], *, min_fit: int, 
         d = ctx.info[s]
         r = ctx.rank_of(pooled.size)
         thr = float(np.sort(pooled)[r - 1])
-        act_names = d["names"] if own else tuple(n_ for n_ in names_union if n_ in d["names"])
-        qg = d["q"] if own else np.array([qP[names_union.index(n_)] for n_ in act_names])
+        act_names = tuple(n_ for n_ in names_union if n_ in d["names"])
+        qg = np.array([qP[names_union.index(n_)] for n_ in act_names])
         guar = (_guarantee_pac(a, g, pooled.size, r, clusters=ctx.clusters_declared)
                 + f" Holds for this group only if its scores are exchangeable with the pooled scores of "
                 f"{len(ok)} groups: tested (Anderson-Darling and Mann-Whitney against the rest of the pool, Holm-adjusted "
                 f"p = {adj[s]:.3g} > {pool_alpha:g}), not proved.")
         reason = (f"pooled order statistic: own {d['iB'].size} calibration units < {nmin} needed; borrowed "
-                  f"{pooled.size} scores of {len(ok)} exchangeable groups ("
-                  + ("each with its own normalisers)" if own else "normalisers shared by the pool)"))
+                  f"{pooled.size} scores of {len(ok)} exchangeable groups (normalisers shared by the pool)")
         _finish(ctx, s, thr, "pooled_order_statistic", guar, qg, act_names, r, pooled.size, reason,
                 pool=tuple(ok), pool_p=float(adj[s]), split=(int(kfit[members.index(s)]), ncal[s]))
 
 
 def _pool_refusal(ctx: _Ctx, s: str, adj: dict[str, float], pooled: np.ndarray, ok: list[str], min_pool: int,
-                  min_test_units: int, pool_alpha: float) -> bool:
-    """Refuse ``s`` (and return True) when it cannot borrow from its pool."""
+                  min_test_units: int, pool_alpha: float, need_n: int | None = None) -> bool:
+    """Refuse ``s`` (and return True) when it cannot borrow from its pool (``need_n``: the
+    pooled scores its bound needs, default the order statistic's minimum)."""
     d, a, g, nmin = ctx.info[s], ctx.a, ctx.g, ctx.nmin
     if s not in adj:
         ctx.refuse(s, f"{d['iB'].size} calibration units: fewer than {nmin} for its own threshold and "
-                   f"fewer than min_test_units = {min_test_units} to test exchangeability with a pool", ctx.need(d))
+                   f"fewer than min_test_units = {min_test_units} {'positive ' if need_n else ''}scores to test "
+                   "exchangeability with a pool", ctx.need(d))
         return True
     if adj[s] <= pool_alpha:
         ctx.refuse(s, f"{d['iB'].size} calibration units < {nmin} needed for budget {a:g} at confidence "
-                   f"{g:g}, and its scores are not exchangeable with the pool (Anderson-Darling and Mann-Whitney, Holm-"
-                   f"adjusted p = {adj[s]:.3g} <= {pool_alpha:g})", ctx.need(d))
+                   f"{g:g}, and its scores are not exchangeable with the pool ("
+                   + ("Kolmogorov-Smirnov and tail-count" if need_n else "Anderson-Darling and Mann-Whitney")
+                   + f" tests, Holm-adjusted p = {adj[s]:.3g} <= {pool_alpha:g})", ctx.need(d))
         return True
+    nmin = nmin if need_n is None else need_n
     if pooled.size < nmin or len(ok) < min_pool:
         ctx.refuse(s, f"{d['iB'].size} calibration units < {nmin} needed; the exchangeable pool has "
                    f"{pooled.size} scores from {len(ok)} groups (need {nmin} scores, {min_pool} groups)", ctx.need(d))
