@@ -568,6 +568,8 @@ def _score_methods(rules: Sequence[Rule], cal: xr.Dataset, controls: xr.Dataset,
                                   by=by)
         col = np.concatenate([out.ratios, out.buggy_ratios])
         why = out.error or next(iter(out.reasons.values()), "")
+        if out.reasons and not out.error:
+            why = f"{len(out.reasons)} of {len(out.thresholds)} groups refused, e.g. {why}"
         if not why and np.isnan(col).any():
             why = f"no threshold for {int(np.isnan(col).sum())} of {col.size} test checks"
         if why:
