@@ -104,11 +104,13 @@ def _naive(actual, expected, dtype, magnitude, K, row_axis):
     tiny = target_dtype(dtype).tiny
     a = actual.astype(np.float64)
     flat_a, flat_e, flat_m = a.ravel(), expected.ravel(), magnitude.ravel()
-    z = []
+    z, zb = [], []
     for x, e, m in zip(flat_a, flat_e, flat_m):
         s = u * abs(e) + ua * math.sqrt(K) * abs(m) + u * tiny
         z.append((x - e) / s)
+        zb.append((x - float(np.float16(e))) / s)  # beyond the correctly rounded reference
     z = np.array(z).reshape(expected.shape)
+    zb = np.array(zb)
     n = z.size
     rows = np.moveaxis(z, row_axis, -1).reshape(-1, expected.shape[row_axis])
     row_rms = [math.sqrt(sum(v * v for v in r) / len(r)) for r in rows]
@@ -116,9 +118,9 @@ def _naive(actual, expected, dtype, magnitude, K, row_axis):
         "op_max": max(abs(v) for v in z.ravel()),
         "op_rms": math.sqrt(sum(v * v for v in z.ravel()) / n),
         "op_mean": sum(abs(v) for v in z.ravel()) / n,
-        "op_bias": abs(sum(z.ravel()) / n) * math.sqrt(n),
+        "op_bias": abs(sum(zb) / n) * math.sqrt(n),
         "op_sbias": abs(sum((v if e > 0 else -v) if e != 0 else 0.0
-                            for v, e in zip(z.ravel(), expected.ravel())) / n) * math.sqrt(n),
+                            for v, e in zip(zb, expected.ravel())) / n) * math.sqrt(n),
         "op_frac": sum(abs(v) > 1.5 for v in z.ravel()) / n,
         "op_row_rms_max": max(row_rms),
         "op_row_rms_mean": sum(row_rms) / len(row_rms),
@@ -136,9 +138,9 @@ def test_statistics_match_naive_reference():
     for k, v in want.items():
         assert st[k] == pytest.approx(v, rel=1e-12), k
     assert 0 < st["op_frac"] < 1
-    # the row-bias statistic: max over rows |sum d| / sqrt(sum s^2)
+    # the row-bias statistic: max over rows |sum b| / sqrt(sum s^2), b beyond the rounded reference
     s = noise_scale(ref, dtype="float16", magnitude=mag, K=64)
-    d = out.astype(np.float64) - ref
+    d = out.astype(np.float64) - ref.astype(np.float16).astype(np.float64)
     rb = np.abs(np.moveaxis(d, 1, -1).sum(-1)) / np.sqrt((np.moveaxis(s, 1, -1) ** 2).sum(-1))
     assert st["op_row_bias_max"] == pytest.approx(rb.max(), rel=1e-12)
     flat = run_statistics(out, ref, dtype="float16", magnitude=mag, K=64)
@@ -388,3 +390,25 @@ def test_sbias_sees_a_bias_toward_zero_that_the_signed_mean_cancels():
     # the fused path of the error dataset computes the same number
     rec = record_statistics(trunc, ref, dtype="float16")
     assert rec["op_sbias"] == pytest.approx(st_tz["op_sbias"], rel=1e-9)
+
+
+def test_bias_statistics_are_zero_for_a_correctly_rounded_output():
+    """Round-to-nearest errors of structured inputs are not mean-zero (here: a grid of
+    positive values); the bias statistics measure the error beyond the correctly rounded
+    reference, so they are exactly 0, while the signed mean of d / s is far from it."""
+    grid = np.unique(np.linspace(1.0, 1.5, 20001).astype(np.float16)).astype(np.float64)
+    ref = grid * (1.0 + 1e-4)  # each value just above a float16: rounding always goes down
+    out = ref.astype(np.float16)
+    assert (out.astype(np.float64) == grid).all()
+    st = run_statistics(out, ref, dtype="float16")
+    assert st["op_bias"] == 0.0 and st["op_sbias"] == 0.0
+    z = (out.astype(np.float64) - ref) / noise_scale(ref, dtype="float16")
+    assert abs(z.mean()) * math.sqrt(z.size) > 3.0  # what op_bias would be on d itself
+    one_ulp_up = np.nextafter(out, np.float16(np.inf))  # every element one ULP too far from 0
+    st_up = run_statistics(one_ulp_up, ref, dtype="float16")
+    ulp = one_ulp_up.astype(np.float64) - out.astype(np.float64)
+    want = np.mean(ulp / noise_scale(ref, dtype="float16")) * math.sqrt(ref.size)
+    assert st_up["op_sbias"] == pytest.approx(want, rel=1e-12) and want > 20.0
+    assert st_up["op_bias"] == pytest.approx(st_up["op_sbias"])
+    assert record_statistics(one_ulp_up, ref, dtype="float16")["op_sbias"] == pytest.approx(st_up["op_sbias"],
+                                                                                           rel=1e-9)

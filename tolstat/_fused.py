@@ -174,14 +174,16 @@ def fused_max(actual: np.ndarray, expected: np.ndarray, *, score: str, threshold
 
 # --------------------------------------------------------------------------- operator noise
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _op_kernel(a: np.ndarray, e: np.ndarray, m: np.ndarray, use_m: bool, A: float, B: float, C: float,
-               D: float, frac_k: float, rowlen: int) -> tuple[np.ndarray, np.ndarray]:
+def _op_kernel(a: np.ndarray, e: np.ndarray, rn: np.ndarray, m: np.ndarray, use_m: bool, A: float, B: float,
+               C: float, D: float, frac_k: float, rowlen: int) -> tuple[np.ndarray, np.ndarray]:
     """Core and row statistics of ``z = d / s`` under the two noise shapes in one pass.
 
     ``s0 = (A |e| + B m) + D`` and ``s1 = ((A |e| + B m) + C m) + D``, in numpy's order of
     :func:`tolstat.noise.noise_scale`. Returns ``(stats[2, 9], bad[2])``: per shape max
     ``|z|``, sum ``z^2``, sum ``|z|``, sum ``z``, count ``|z| > k``, max row mean of
-    ``z^2``, sum of row RMS, max row ``|sum d| / sqrt(sum s^2)``, sum ``sign(e) z``;
+    ``z^2``, sum of row RMS, max row ``|sum b| / sqrt(sum s^2)``, sum ``sign(e) b / s``,
+    with ``b = a - rn`` the error beyond the correctly rounded reference ``rn`` (the bias
+    sums: column 3 is sum ``b / s``);
     ``bad``: a non-finite
     mismatch was seen (the statistics of that shape are then all ``inf``).
     """
@@ -199,28 +201,32 @@ def _op_kernel(a: np.ndarray, e: np.ndarray, m: np.ndarray, use_m: bool, A: floa
         mv = m[i] if use_m else ae
         base = A * ae + B * mv
         d = av - ev
+        b = av - rn[i]
         same = av == ev or (np.isnan(av) and np.isnan(ev))
         sg = 1.0 if ev > 0 else (-1.0 if ev < 0 else 0.0)
         for j in range(2):
             s = (base + C * mv) + D if j == 1 else base + D
             dj = d
+            bj = b if np.isfinite(b) else 0.0
             if not (np.isfinite(d) and np.isfinite(s)):
                 if not same:
                     bad[j] = True
                 dj = 0.0
+                bj = 0.0
                 s = 1.0
             z = dj / s
+            zb = bj / s
             az = abs(z)
             if az > out[j, 0]:
                 out[j, 0] = az
             out[j, 1] += z * z
             out[j, 2] += az
-            out[j, 3] += z
-            out[j, 8] += sg * z
+            out[j, 3] += zb
+            out[j, 8] += sg * zb
             if az > frac_k:
                 out[j, 4] += 1.0
             rs2[j] += z * z
-            rd[j] += dj
+            rd[j] += bj
             rss[j] += s * s
         if (i + 1) % rowlen == 0:
             for j in range(2):
@@ -240,15 +246,17 @@ def _op_kernel(a: np.ndarray, e: np.ndarray, m: np.ndarray, use_m: bool, A: floa
 
 def op_statistics(actual: np.ndarray, expected: np.ndarray, magnitude: np.ndarray | None, *,
                   A: float, B: float, C: float, D: float, frac_k: float,
-                  rowlen: int | None) -> tuple[np.ndarray, np.ndarray]:
+                  rowlen: int | None, rounded: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_op_kernel` on flat float64 views; ``rowlen`` None: no row statistics.
 
     ``actual``, ``expected`` (and ``magnitude``) are float64 arrays of one shape with rows
-    along the last axis. Returns ``(stats[2, 9], bad[2])`` as the kernel does.
+    along the last axis; ``rounded`` the reference rounded to the output format (default:
+    ``expected``, i.e. bias sums of ``actual - expected``). Returns ``(stats[2, 9], bad[2])`` as the kernel does.
     """
     a = np.ravel(actual)
     e = np.ravel(expected)
     m = e if magnitude is None else np.ravel(magnitude)
+    rn = e if rounded is None else np.ravel(rounded)
     rl = int(rowlen) if rowlen else max(1, e.size)
-    return _op_kernel(a, e, m, magnitude is not None, float(A), float(B), float(C), float(D),
+    return _op_kernel(a, e, rn, m, magnitude is not None, float(A), float(B), float(C), float(D),
                       float(frac_k), rl)
