@@ -952,8 +952,9 @@ def _own_positive_scores(ctx: _Ctx, members: list[str], level: float) -> dict[st
     with ``loc`` the median of ``log S`` over the member's positive units (both parts, so
     that it is as precise as the group's data allow), stored in ``ctx.info[g]`` with
     ``loc_upper`` (a distribution-free upper confidence bound of that median at ``level``,
-    an order statistic; NaN when too few units are positive) and ``n_pos`` (positive
-    part-B units). Zero scores (correctly rounded runs) are left out: how often a group's
+    an order statistic; NaN when too few units are positive) and ``n_pos`` (inexact units
+    of both parts: whether a score is positive does not depend on the fitted normalisers,
+    so every unit informs the share of inexact runs). Zero scores (correctly rounded runs) are left out: how often a group's
     runs are exact differs between operators and is bounded per group (:func:`_pool_own`).
     """
     out = {}
@@ -965,7 +966,7 @@ def _own_positive_scores(ctx: _Ctx, members: list[str], level: float) -> dict[st
         d["loc_upper"] = (float(lp[int(order_statistic_rank(lp.size, 0.5, level)[0]) - 1])
                           if lp.size >= order_statistic_min_n(0.5, level) else math.nan)
         sB = s_all[d["iB"]]
-        d["n_pos"] = int((sB > 0).sum())
+        d["n_pos"] = int((s_all > 0).sum())  # inexact units of both parts: S > 0 does not depend on q
         out[gn] = np.log(sB[sB > 0]) - d["loc"]
     return out
 
@@ -976,7 +977,7 @@ def _pool_own(ctx: _Ctx, members: list[str], need_here: list[str], *, min_pool: 
 
     A new run of group ``g`` fails when its score is positive and, given that, beyond the
     threshold: ``P(fail) = pi_g * P(S > t | S > 0)``. ``pi_g`` (the share of inexact runs)
-    differs between operators and is bounded from the group's own part B (Clopper-Pearson,
+    differs between operators and is bounded from all the group's own units (Clopper-Pearson,
     one-sided). The positive scores, each group's relative to its own median level
     (:func:`_own_positive_scores`), are pooled and tested for exchangeability
     (:func:`_pool_p_shape`, Holm); the threshold is ``exp(loc_upper + t)``, with ``t`` the
@@ -998,8 +999,8 @@ def _pool_own(ctx: _Ctx, members: list[str], need_here: list[str], *, min_pool: 
     pooled = np.sort(np.concatenate([scores[gn] for gn in ok])) if ok else np.empty(0)
     for s in need_here:
         d = ctx.info[s]
-        nB, k = int(d["iB"].size), int(d["n_pos"])
-        pi_u = 1.0 if k >= nB else float(_st.beta.ppf(1.0 - third, k + 1, nB - k))
+        nB, nU, k = int(d["iB"].size), int(d["units"].n), int(d["n_pos"])
+        pi_u = 1.0 if k >= nU else float(_st.beta.ppf(1.0 - third, k + 1, nU - k))
         a_c = min(1.0, a / pi_u)
         if a_c < 1.0 and _pool_refusal(ctx, s, adj, pooled, ok, min_pool, min_test_units, pool_alpha,
                                        need_n=order_statistic_min_n(1.0 - a_c, 1.0 - third)):
@@ -1016,7 +1017,7 @@ def _pool_own(ctx: _Ctx, members: list[str], need_here: list[str], *, min_pool: 
             thr = math.exp(d["loc_upper"] + t)
         guar = (f"PAC: with probability >= {g:g} over the calibration units, the probability that the check of a "
                 f"new correct {'cluster' if ctx.clusters_declared else 'run'} fails is <= {a:g}, as the product of "
-                f"the group's share of inexact runs (<= {pi_u:.3g}: Clopper-Pearson bound from {k} of its own {nB} "
+                f"the group's share of inexact runs (<= {pi_u:.3g}: Clopper-Pearson bound from {k} of its own {nU} "
                 f"units) and the pooled conditional bound at budget {a_c:.3g} (the {r}-th smallest of {pooled.size} "
                 f"pooled positive scores, each group's in units of its own median level; the group's level taken "
                 f"at an upper confidence bound of its median), three bounds each at confidence {1 - third:.4g} "
@@ -1024,7 +1025,8 @@ def _pool_own(ctx: _Ctx, members: list[str], need_here: list[str], *, min_pool: 
                 f"group's positive scores, relative to its level, are exchangeable with the pool's: tested "
                 f"(Kolmogorov-Smirnov and a one-sided tail-count test against the rest of the pool, Holm-adjusted "
                 f"p = {adj[s]:.3g} > {pool_alpha:g}), not proved.")
-        reason = (f"pooled order statistic: own {nB} calibration units < {ctx.nmin} needed; {k} of them inexact; "
+        reason = (f"pooled order statistic: own {nB} calibration units < {ctx.nmin} needed; {k} of its {nU} units "
+                  f"inexact; "
                   f"borrowed {pooled.size} positive scores of {len(ok)} exchangeable groups (each with its own "
                   "normalisers and level)")
         _finish(ctx, s, thr, "pooled_order_statistic", guar, d["q"], d["names"], r, pooled.size, reason,
