@@ -202,7 +202,7 @@ def _certificate(c: GroupCertificate | None, exc: NotEnoughData | None, form: st
 
 def certified_groups(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray, *, form: str,
                      a: float, g: float, cluster: str | None = None, pooling: bool = True, seed: int = 0,
-                     scale: Any = None, norm_quantile: float = 0.9,
+                     scale: Any = None, norm_quantile: float = 1.0,
                      on_error: str = "raise") -> tuple[list[dict[str, Any]], str]:
     """Table group dicts of the ``auto``/``operator`` forms and the table's statistic name."""
     operator = form == "operator" or has_op_statistics(ds)

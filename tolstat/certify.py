@@ -330,7 +330,7 @@ def split_units(n_units: int, n_fit: int, seed: int = 0) -> tuple[np.ndarray, np
     return np.sort(perm[:n_fit]), np.sort(perm[n_fit:])
 
 
-def fit_normalisers(values: np.ndarray, *, quantile: float = 0.9, resolution: Any = None,
+def fit_normalisers(values: np.ndarray, *, quantile: float = 1.0, resolution: Any = None,
                     names: Sequence[str] | None = None) -> np.ndarray:
     """Normalisers ``q_j``: an upper quantile of each statistic over the fitting units.
 
@@ -338,8 +338,9 @@ def fit_normalisers(values: np.ndarray, *, quantile: float = 0.9, resolution: An
     ----------
     values : ndarray, shape (units, statistics)
         Statistics of the fitting part (NaN ignored).
-    quantile : float
-        Quantile level (empirical, ``method="higher"``, so ``q_j`` is an observed value).
+    quantile : float, default 1.0
+        Quantile level (empirical, ``method="higher"``, so ``q_j`` is an observed value;
+        the default is the largest, see :func:`certify`'s ``norm_quantile``).
     resolution : float or mapping, optional
         Used where the quantile is not positive (all fitting values zero or absent): the
         resolution floor of the statistic if positive, else 1. Default: 1.
@@ -592,7 +593,7 @@ def certify(
     fit_fraction: float = 0.2,
     min_fit: int = 10,
     max_fit: int = 200,
-    norm_quantile: float = 0.9,
+    norm_quantile: float = 1.0,
     on_refusal: str = "raise",
     pool_normalisers: str = "shared",
 ) -> CertifyResult:
@@ -644,8 +645,13 @@ def certify(
     seed : int
         Seed of the A/B split (deterministic).
     fit_fraction, min_fit, max_fit : see :func:`fit_size`.
-    norm_quantile : float
-        Quantile of each statistic over A used as its normaliser.
+    norm_quantile : float, default 1.0
+        Quantile of each statistic over A used as its normaliser; the default, the largest
+        value of A, balances the statistics in their tails, where the threshold of a small
+        budget lies. A bulk quantile (e.g. 0.9) under-weights nothing but lets a statistic
+        that is zero on most runs (a bias of the error beyond correct rounding) get a tiny
+        normaliser, and its rare large values then set a threshold at which no other
+        statistic can ever fail the check.
     on_refusal : {"raise", "record"}
         Raise the first :class:`NotEnoughData`, or record refusals in
         :attr:`CertifyResult.refused`.
