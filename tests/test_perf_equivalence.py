@@ -1,0 +1,90 @@
+"""The fast paths of the dataset layer equal their plain numpy definitions."""
+
+import numpy as np
+import pytest
+
+from tolstat import _validate
+from tolstat.dataset import pareto_frontier
+
+
+def _front_definition(abs_err, ref_abs):
+    # walk (|expected|, -|d|, position) and keep each element beating every earlier |d|
+    r = np.where(np.isnan(ref_abs), np.inf, ref_abs)
+    order = np.lexsort((np.arange(r.size), -abs_err, r))
+    d = abs_err[order]
+    prev = np.maximum.accumulate(np.concatenate([[-np.inf], d[:-1]]))
+    return np.sort(order[d > prev])
+
+
+def _draw(rng, kind, n):
+    if kind == "continuous":
+        return rng.random(n), rng.random(n)
+    if kind == "ties":
+        return rng.integers(0, 4, n).astype(float), rng.integers(0, 4, n).astype(float)
+    if kind == "nonfinite":
+        d = rng.integers(0, 3, n).astype(float)
+        r = rng.integers(0, 3, n).astype(float)
+        d[rng.random(n) < 0.1] = np.nan
+        r[rng.random(n) < 0.1] = np.nan
+        d[rng.random(n) < 0.1] = np.inf
+        r[rng.random(n) < 0.1] = np.inf
+        return d, r
+    if kind == "long_front":  # error falling with |ref|: most elements on the front
+        r = rng.random(n)
+        return 1.0 - r + 1e-9 * rng.random(n), r
+    d, r = np.abs(rng.standard_normal(n)), np.abs(rng.standard_normal(n))
+    r[rng.random(n) < 0.3] = 0.0
+    r[rng.random(n) < 0.2] = -0.0  # ties with +0.0
+    return d, r
+
+
+@pytest.mark.parametrize("kind", ["continuous", "ties", "nonfinite", "long_front", "zeros"])
+def test_pareto_frontier_equals_lexsort_definition(kind):
+    rng = np.random.default_rng(7)
+    for n in list(range(1, 40)) + [500, 5000]:
+        d, r = _draw(rng, kind, n)
+        got = pareto_frontier(d, r)
+        np.testing.assert_array_equal(got, _front_definition(d, r))
+        assert got.dtype == np.int64
+
+
+def _dup_definition(columns, rows):
+    parts = []
+    for name in sorted(columns):
+        v = np.asarray(columns[name])
+        if v.dtype.kind == "O":
+            v = v.astype(str)
+        parts.append(np.ascontiguousarray(v).reshape(rows, -1).view(np.uint8).reshape(rows, -1))
+    mat = np.ascontiguousarray(np.concatenate(parts, axis=1))
+    _, first = np.unique(mat.view(np.dtype((np.void, mat.shape[1]))).ravel(), return_index=True)
+    dup = np.ones(rows, dtype=bool)
+    dup[first] = False
+    return np.flatnonzero(dup)
+
+
+def _columns(rng, n):
+    cols = {"a": rng.integers(0, 3, n).astype(float),
+            "s": np.array(["x", "yy", "x" * 9])[rng.integers(0, 3, n)],
+            "o": np.array(["p", "q"], dtype=object)[rng.integers(0, 2, n)],
+            "b": rng.random(n) < 0.5,
+            "q": rng.integers(0, 2, (n, 3)).astype(float)}
+    cols["a"][rng.random(n) < 0.3] = np.nan  # NaN compares equal bit for bit
+    return cols
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_duplicate_rows_equals_unique_definition(collide, monkeypatch):
+    if collide:  # every hash equal: the byte comparison alone decides
+        monkeypatch.setattr(_validate, "_row_hashes", lambda parts, rows: np.zeros(rows, dtype=np.uint64))
+    rng = np.random.default_rng(3)
+    for n in (2, 3, 10, 60, 400):
+        cols = _columns(rng, n)
+        np.testing.assert_array_equal(_validate.duplicate_rows(cols, n), _dup_definition(cols, n))
+    assert _validate.duplicate_rows(_columns(rng, 1), 1).size == 0
+
+
+def test_duplicate_rows_finds_copies():
+    rng = np.random.default_rng(4)
+    cols = {"x": rng.random(50), "y": rng.random((50, 2))}
+    both = {k: np.concatenate([v, v[10:20]]) for k, v in cols.items()}
+    np.testing.assert_array_equal(_validate.duplicate_rows(both, 60), np.arange(50, 60))
