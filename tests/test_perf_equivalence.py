@@ -88,3 +88,42 @@ def test_duplicate_rows_finds_copies():
     cols = {"x": rng.random(50), "y": rng.random((50, 2))}
     both = {k: np.concatenate([v, v[10:20]]) for k, v in cols.items()}
     np.testing.assert_array_equal(_validate.duplicate_rows(both, 60), np.arange(50, 60))
+
+
+def test_run_quantiles_equal_numpy_bit_for_bit():
+    from tolstat.dataset import _QUANTILES, _quantile_linear
+
+    rng = np.random.default_rng(11)
+    for t in range(600):
+        n = int(rng.integers(1, 12 if t % 3 == 0 else 3000))
+        kind = t % 5
+        if kind == 0:
+            a = np.abs(rng.standard_normal(n))
+        elif kind == 1:  # ties on a lattice
+            a = rng.integers(0, 3, n) * 2.0**-20
+        elif kind == 2:  # infinities: numpy's NaN from inf - inf kept
+            a = np.abs(rng.standard_normal(n))
+            a[rng.random(n) < 0.05] = np.inf
+        elif kind == 3:  # signed zeros
+            a = np.where(rng.random(n) < 0.5, 0.0, -0.0) + rng.integers(0, 2, n)
+        else:  # NaN: numpy's own path
+            a = rng.exponential(1.0, n)
+            a[rng.random(n) < 0.05] = np.nan
+        for qs in (_QUANTILES, np.array([0.0, 1.0, 0.25, 0.5 + 1e-12])):
+            with np.errstate(invalid="ignore"):
+                got, ref = _quantile_linear(a, qs), np.quantile(a, qs)
+            np.testing.assert_array_equal(got.view(np.int64), np.asarray(ref).view(np.int64))
+
+
+def test_corpus_casts_once_and_hands_out_fresh_arrays():
+    from tolstat import corpus
+
+    case = corpus.cases("matmul", "bfloat16", n=1, seed=0)[0]
+    first = case.cast_inputs("bfloat16")
+    for k, v in first.items():
+        np.testing.assert_array_equal(v, corpus.cast(case.inputs[k], "bfloat16"))
+        v[...] = 0  # a kernel writing to its inputs changes no later run
+    again = case.cast_inputs("bfloat16")
+    for k, v in again.items():
+        np.testing.assert_array_equal(v, corpus.cast(case.inputs[k], "bfloat16"))
+        assert v is not first[k]
