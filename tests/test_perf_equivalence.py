@@ -127,3 +127,36 @@ def test_corpus_casts_once_and_hands_out_fresh_arrays():
     for k, v in again.items():
         np.testing.assert_array_equal(v, corpus.cast(case.inputs[k], "bfloat16"))
         assert v is not first[k]
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_fused_ulp_distance_equals_general_path(name):
+    from tolstat import metrics
+    from tolstat._dtypes import target_dtype
+
+    td = target_dtype(name)
+    dt = td.np_dtype
+    mx, tiny = float(td.max), float(td.tiny)
+    half_step = 2.0 ** -(11 if name == "float16" else 8)  # half an ULP at 1: a tie
+    rng = np.random.default_rng(5)
+    n = 3000
+    special = np.array([mx, -mx, mx * (1 + half_step / 2), mx * (1 + half_step), -mx * (1 + half_step),
+                        mx * (1 + half_step / 8), 1e300, -1e300, 5e-324, -5e-324, tiny, tiny / 2, tiny / 3,
+                        0.0, -0.0, np.nan, np.inf, -np.inf])
+    base = rng.standard_normal(n).astype(np.float32).astype(dt).astype(np.float64)
+    draws = [rng.standard_normal(n) * 10.0 ** rng.integers(-8, 5, n),  # every scale
+             rng.standard_normal(n) * tiny * rng.integers(1, 50, n),  # subnormals of the format
+             mx * (1 + rng.standard_normal(n) * half_step),  # around the overflow edge
+             np.where(rng.random(n) < 0.5, base, base * (1 + half_step)),  # exact ties
+             np.resize(special, n)]
+    for e in draws:
+        with np.errstate(all="ignore"):
+            a = (e * (1 + rng.standard_normal(n) * 1e-2)).astype(np.float32).astype(dt)
+            a[rng.random(n) < 0.05] = np.array(np.nan, dtype=dt)
+            a[rng.random(n) < 0.05] = np.array(np.inf, dtype=dt)
+            a[rng.random(n) < 0.05] = np.array(-np.inf, dtype=dt)
+            a[rng.random(n) < 0.05] = np.array(-0.0, dtype=dt)
+            got = metrics.ulp_distance(a, e, name)
+            ref = metrics._ulp_general(a, e, td)
+        np.testing.assert_array_equal(got, ref)
+    assert metrics.ulp_distance(np.zeros((2, 3), dt), np.zeros((2, 3)), name).shape == (2, 3)
