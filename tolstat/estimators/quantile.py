@@ -396,8 +396,8 @@ def _radix_refine(nt, R, res, b1, b2, hist, pos, stk, small):
 
 # One pass instead of two for groups like their predecessor: after a group's top-digit
 # plan, the buckets holding its needed ranks, widened on each side by neighbouring
-# buckets of at most 1% of its values, are marked; the next group's histogram pass also
-# gathers the values of the marked buckets. When its exact histogram confirms that every
+# buckets holding at most 2 sqrt(n) of its n values, are marked; the next group's
+# histogram pass also gathers the values of the marked buckets. When its exact histogram confirms that every
 # needed rank lies in a marked bucket (groups drawn alike: the usual case), the radix
 # selection continues on the gathered values, else it re-reads the group (the two-pass
 # path). Either way every bucket's region holds all of its values: the result is the
@@ -433,10 +433,12 @@ def _radix_hist_gather(rb, hist, mark, gbuf):
 @njit(cache=True, nogil=True)
 def _mark_from_plan(hist, m, stk, nt, mark, marked):
     """Mark the top digits of the ``nt`` planned tasks and, on each side, the following
-    digits while they hold at most 1% of the ``m`` values; returns (count, their share)."""
+    digits while they hold at most ``2 sqrt(m)`` of the ``m`` values (about three standard
+    deviations of the difference of a rank's value between two groups drawn alike, in
+    values); returns (count, their share)."""
     nm = 0
     tot = 0
-    budget = max(1, m // 100)
+    budget = max(64, int(2.0 * math.sqrt(m)))
     for t in range(nt):
         d = stk[t, 8]
         if mark[d] == 0:
