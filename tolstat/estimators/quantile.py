@@ -397,11 +397,11 @@ def _radix_refine(nt, R, res, b1, b2, hist, pos, stk, small):
 # One pass instead of two for groups like their predecessor: after a group's top-digit
 # plan, the buckets holding its needed ranks, widened on each side by neighbouring
 # buckets holding at most 2 sqrt(n) of its n values, are marked; the next group's
-# histogram pass also gathers the values of the marked buckets. When its exact histogram confirms that every
-# needed rank lies in a marked bucket (groups drawn alike: the usual case), the radix
-# selection continues on the gathered values, else it re-reads the group (the two-pass
-# path). Either way every bucket's region holds all of its values: the result is the
-# same exact order statistic.
+# histogram pass also gathers the values of the marked buckets. When its exact histogram
+# confirms that every needed rank lies in a marked bucket (groups drawn alike: the usual
+# case), the radix selection continues on the gathered values, else it re-reads the
+# group (the two-pass path). Either way every bucket's region holds all of its values:
+# the result is the same exact order statistic.
 #: groups with at least this many values gather predicted buckets (read at call time)
 _PREDICT_MIN_N = 1 << 14
 
