@@ -160,3 +160,45 @@ def test_fused_ulp_distance_equals_general_path(name):
             ref = metrics._ulp_general(a, e, td)
         np.testing.assert_array_equal(got, ref)
     assert metrics.ulp_distance(np.zeros((2, 3), dt), np.zeros((2, 3)), name).shape == (2, 3)
+
+
+def _metrics_definition(a, e, rel_floor):
+    from tolstat import metrics
+
+    a64, e64 = a.astype(np.float64).ravel(), e.astype(np.float64).ravel()
+    with np.errstate(invalid="ignore", over="ignore"):
+        signed = a64 - e64
+        abs_err = np.abs(signed)
+    nonfinite = metrics._apply_nonfinite(abs_err, a64, e64)
+    ref_abs = np.abs(e64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rel = np.where(abs_err == 0.0, 0.0, abs_err / np.maximum(ref_abs, rel_floor))
+    rel[nonfinite] = np.inf
+    return signed, abs_err, rel, ref_abs, nonfinite
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16", "float32"])
+def test_fused_error_metrics_equal_numpy_definition(name):
+    from tolstat import metrics
+    from tolstat._dtypes import target_dtype
+
+    dt = target_dtype(name).np_dtype
+    rng = np.random.default_rng(8)
+    for t in range(40):
+        n = int(rng.integers(1, 2000))
+        e = rng.standard_normal(n) * 10.0 ** rng.integers(-6, 4)
+        if t % 2:
+            for v, share in ((np.inf, 0.1), (-np.inf, 0.1), (np.nan, 0.1), (0.0, 0.1), (-0.0, 0.1)):
+                e[rng.random(n) < share] = v
+        with np.errstate(all="ignore"):
+            a = (e * (1 + 1e-3 * rng.standard_normal(n))).astype(np.float32).astype(dt)
+        if t % 3 == 0:
+            for v in (np.nan, np.inf, -np.inf):
+                a[rng.random(n) < 0.1] = np.array(v, dtype=dt)
+        for rel_floor in (None, 0.0, 1e-3):
+            m = metrics.error_metrics(a, e, rel_floor=rel_floor, allow_nan=True)
+            floor = float(target_dtype(name).tiny) if rel_floor is None else rel_floor
+            ref = _metrics_definition(a, e, floor)
+            for got, want in zip((m.signed, m.abs, m.rel, m.ref_abs, m.nonfinite), ref):
+                assert got.dtype == want.dtype
+                np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))

@@ -287,6 +287,41 @@ def _ulp16_kernel(a_bits, e64, p, emin, vmax, edge, odd, out):  # pragma: no cov
         out[i] = np.float64(d)
 
 
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _metrics_kernel(a64, e64, rel_floor, signed, abs_err, rel, ref_abs, nonfinite):  # pragma: no cover - numba
+    """Element-wise errors, as the numpy definition: ``signed = a - e``; ``abs = |signed|``
+    with the non-finite rule (:func:`_apply_nonfinite`: 0 for both NaN or the same
+    infinity, else inf and ``nonfinite``); ``ref_abs = |e|``; ``rel = abs /
+    np.maximum(ref_abs, rel_floor)``, 0 where ``abs == 0`` and inf where non-finite.
+    Returns the number of NaNs in ``e``."""
+    n_nan = 0
+    for i in range(a64.size):
+        av = a64[i]
+        ev = e64[i]
+        s = av - ev
+        signed[i] = s
+        ad = abs(s)
+        ra = abs(ev)
+        ref_abs[i] = ra
+        bad = False
+        if ev != ev:
+            n_nan += 1
+        if not (np.isfinite(av) and np.isfinite(ev)):
+            both_nan = av != av and ev != ev
+            same_inf = np.isinf(av) and np.isinf(ev) and np.sign(av) == np.sign(ev)
+            if both_nan or same_inf:
+                ad = 0.0
+            else:
+                ad = np.inf
+                bad = True
+        abs_err[i] = ad
+        nonfinite[i] = bad
+        denom = ra if (ra != ra or ra >= rel_floor) else rel_floor  # np.maximum: NaN wins
+        r = 0.0 if ad == 0.0 else ad / denom
+        rel[i] = np.inf if bad else r
+    return n_nan
+
+
 def _ulp_general(a: np.ndarray, e: np.ndarray, td: TargetDtype) -> np.ndarray:
     """ULP distance, any float dtypes (see :func:`ulp_distance`)."""
     a64 = _to_float64(a)
@@ -455,27 +490,21 @@ def error_metrics(
     if not np.isfinite(rel_floor) or rel_floor < 0:
         raise ValueError(f"rel_floor must be finite and >= 0, got {rel_floor}")
 
-    a64 = _to_float64(a).ravel()
-    e64 = _to_float64(e).ravel()
-    nan_ref = np.isnan(e64)
-    if nan_ref.any() and not allow_nan:
-        first = int(np.flatnonzero(nan_ref)[0])
+    a64 = np.ascontiguousarray(_to_float64(a)).ravel()
+    e64 = np.ascontiguousarray(_to_float64(e)).ravel()
+    n = a64.size
+    signed, abs_err, rel, ref_abs = (np.empty(n) for _ in range(4))
+    nonfinite = np.empty(n, dtype=bool)
+    # one pass (numba): the numpy definitions below, element by element
+    n_nan_ref = _metrics_kernel(a64, e64, float(rel_floor), signed, abs_err, rel, ref_abs, nonfinite)
+    if n_nan_ref and not allow_nan:
+        first = int(np.flatnonzero(np.isnan(e64))[0])
         idx = np.unravel_index(first, e.shape) if e.ndim else ()
         raise ValueError(
-            f"reference (expected) contains {int(nan_ref.sum())} NaN value(s), first at "
+            f"reference (expected) contains {n_nan_ref} NaN value(s), first at "
             f"index {tuple(int(i) for i in idx)}: the reference is broken; pass "
             "allow_nan=True to treat matching NaNs as equal"
         )
-    with np.errstate(invalid="ignore", over="ignore"):
-        signed = a64 - e64
-        abs_err = np.abs(signed)
-    nonfinite = _apply_nonfinite(abs_err, a64, e64)
-    # signed error is NaN where undefined (NaN actual or reference), else +-inf kept
-    ref_abs = np.abs(e64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        denom = np.maximum(ref_abs, rel_floor)
-        rel = np.where(abs_err == 0.0, 0.0, abs_err / denom)
-    rel[nonfinite] = np.inf
     ulp = ulp_distance(a.ravel(), e64, td)
     return ErrorMetrics(
         dtype=td.name,
