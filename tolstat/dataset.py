@@ -6,6 +6,7 @@ The schema is documented in ``docs/schema.md``; :func:`validate` enforces it.
 
 from __future__ import annotations
 
+import functools
 import json
 import datetime as _dt
 from dataclasses import dataclass, field
@@ -144,20 +145,31 @@ def _quantile_linear(a: np.ndarray, qs: np.ndarray) -> np.ndarray:
     n = a.size
     if n == 0 or a.dtype != np.float64 or a.ndim != 1:
         return np.quantile(a, qs)
-    v = (n - 1) * qs
+    prev, nxt, kth, t, upper = _linear_positions(n, tuple(float(q) for q in qs))
+    part = np.partition(a, kth)
+    if np.isnan(part[-1]):
+        return np.quantile(a, qs)
+    lo, hi = part[prev], part[nxt]
+    d = hi - lo
+    out = lo + d * t
+    np.subtract(hi, d * (1 - t), out=out, where=upper)
+    return out
+
+
+@functools.lru_cache(maxsize=512)
+def _linear_positions(n: int, qs: tuple[float, ...]) -> tuple[np.ndarray, ...]:
+    """numpy's "linear" indices, partition points and weights for ``n`` values (cached:
+    runs of a collection share a few sizes; the arrays are only read)."""
+    v = (n - 1) * np.asarray(qs, dtype=np.float64)
     prev = np.floor(v).astype(np.intp)
     nxt = prev + 1
     above = v >= n - 1
     prev[above] = -1
     nxt[above] = -1
-    part = np.partition(a, np.unique(np.hstack((prev, nxt))))
-    if np.isnan(part[-1]):
-        return np.quantile(a, qs)
-    lo, hi = part[prev], part[nxt]
     t = v - prev
-    d = hi - lo
-    out = lo + d * t
-    np.subtract(hi, d * (1 - t), out=out, where=t >= 0.5)
+    out = (prev, nxt, np.unique(np.hstack((prev, nxt))), t, t >= 0.5)
+    for x in out:
+        x.flags.writeable = False
     return out
 
 
