@@ -231,3 +231,58 @@ def test_pot_radix_kernel_matches_copying_kernel(q):
             np.testing.assert_array_equal(got[:, [0, 3, 4]], ref[:, [0, 3, 4]])  # u, zeta, n_exceed
             np.testing.assert_allclose(got, ref, rtol=1e-6, atol=0, equal_nan=True)
             np.testing.assert_allclose(got[:, 5], ref[:, 5], rtol=1e-11, equal_nan=True)  # loglik
+
+
+# --------------------------------------------------------------------------- predicted buckets
+# Long groups gather, in their histogram pass, the buckets their predecessor needed; a
+# group whose ranks fall elsewhere (or that overflows the gather buffer) re-reads itself.
+@contextlib.contextmanager
+def predict_forced(small=0):
+    """Every group takes the radix path with bucket prediction, all groups in one block
+    (so every group but the first is predicted from its predecessor)."""
+    saved = _qmod._PREDICT_MIN_N, _qmod._nblocks
+    _qmod._PREDICT_MIN_N, _qmod._nblocks = 1, lambda g: 1
+    try:
+        with radix_forced(small):
+            yield
+    finally:
+        _qmod._PREDICT_MIN_N, _qmod._nblocks = saved
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    x=hnp.arrays(np.float64, st.tuples(st.integers(2, 9), st.integers(1, 150)),
+                 elements=st.one_of(mixed, st.just(np.nan))),
+    q=probs,
+    small=st.sampled_from([0, 4, 64]),
+)
+def test_predicted_buckets_bit_parity(x, q, small):
+    with predict_forced(small):
+        _assert_numpy_parity(x, q)
+
+
+def test_predicted_buckets_alike_and_unlike_groups():
+    # groups drawn alike (predictions hit), then shifted, scaled, tied, NaN-padded and
+    # tiny groups in between (predictions miss or do not apply): all equal numpy
+    rng = np.random.default_rng(9)
+    n = 40_000
+    rows = [rng.standard_normal(n) for _ in range(6)]
+    rows += [rng.standard_normal(n) + 50.0, rng.standard_normal(n) * 1e-6, rng.integers(-2, 3, n).astype(float),
+             np.abs(rng.standard_normal(n)), rng.standard_normal(n), rng.uniform(1.0, 2.0, n),
+             rng.standard_normal(n), -np.abs(rng.standard_normal(n))]
+    x = np.vstack(rows)
+    x[4, n // 3:] = np.nan
+    x[9, 5:] = np.nan  # fewer values than the radix path needs
+    x[12, :] = np.nan
+    x[3, ::11] = np.inf
+    q = [0.0, 0.001, 0.5, 0.9, 0.99, 0.999, 1.0]
+    _assert_numpy_parity(x, q)
+    with predict_forced(small=16):
+        _assert_numpy_parity(x, q, methods=["linear", "nearest"])
+    saved = _qmod._PREDICT_MIN_N
+    _qmod._PREDICT_MIN_N = -1  # prediction off: the same numbers
+    try:
+        off = quantile_groups(x, q)[0]
+    finally:
+        _qmod._PREDICT_MIN_N = saved
+    np.testing.assert_array_equal(quantile_groups(x, q)[0], off)

@@ -60,3 +60,30 @@ def test_sample_sink_grows_beyond_its_plan():
     sink = _SampleSink(total=3, size=2)  # smaller than the data: must grow, not fail
     out = sink.join([sink.take(ref.copy())])
     np.testing.assert_array_equal(out["sample_abs"].values, ref["sample_abs"].values)
+
+
+def test_streamed_scores_equal_calibrate_and_score_on_all_checks():
+    # evaluate scores each held-out (op, dtype) as it is made: the same numbers as the
+    # per-fold core on the concatenated held-out datasets (the definition)
+    from tolstat.comparison import calibrate_and_score
+    from tolstat.evaluate import BY, _CHECK_LABELS, _fit_and_score, default_methods
+
+    cfg = EvalConfig.preset("tiny", ops=OPS, n_test=2)
+    cal = calibration_dataset(cfg, progress=False)
+    rules = default_methods()
+    outcomes, ctrl_labels, bug_labels = _fit_and_score(rules, cal, cfg, progress=False)
+    controls, bugs = heldout_datasets(cfg, covariates=cal.attrs["covariates"].split(","), progress=False)
+    assert len(outcomes) == len(rules)
+    for rule, got in zip(rules, outcomes):
+        ref = calibrate_and_score(rule, cal, controls, bugs, budget=cfg.fp_budget, confidence=cfg.confidence,
+                                  by=BY)
+        np.testing.assert_array_equal(got.ratios, ref.ratios, err_msg=rule.name)
+        np.testing.assert_array_equal(got.buggy_ratios, ref.buggy_ratios, err_msg=rule.name)
+        assert got.error == ref.error
+        assert got.reasons == ref.reasons
+        assert got.thresholds.keys() == ref.thresholds.keys()
+        np.testing.assert_array_equal(list(got.thresholds.values()), list(ref.thresholds.values()))
+    for label in set(_CHECK_LABELS.values()):
+        np.testing.assert_array_equal(ctrl_labels[label].values, controls[label].values)
+        np.testing.assert_array_equal(bug_labels[label].values, bugs[label].values)
+    assert any(np.isfinite(o.ratios).all() for o in outcomes)  # something was scored

@@ -288,9 +288,34 @@ def duplicate_rows(columns: Mapping[str, np.ndarray], rows: int) -> np.ndarray:
         if v.dtype.kind == "O":
             v = v.astype(str)
         parts.append(np.ascontiguousarray(v).reshape(rows, -1).view(np.uint8).reshape(rows, -1))
-    mat = np.ascontiguousarray(np.concatenate(parts, axis=1))
+    # equal rows have equal hashes: only rows whose hash is shared are compared byte by byte
+    # (without a copy of every row's bytes at once)
+    _, inv, cnt = np.unique(_row_hashes(parts, rows), return_inverse=True, return_counts=True)
+    cand = np.flatnonzero(cnt[inv.ravel()] > 1)
+    if cand.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    mat = np.ascontiguousarray(np.concatenate([p[cand] for p in parts], axis=1))
     rowv = mat.view(np.dtype((np.void, mat.shape[1]))).ravel()
     _, first = np.unique(rowv, return_index=True)
-    dup = np.ones(rows, dtype=bool)
+    dup = np.ones(cand.size, dtype=bool)
     dup[first] = False
-    return np.flatnonzero(dup)
+    return cand[dup].astype(np.int64)
+
+
+def _row_hashes(parts: list[np.ndarray], rows: int) -> np.ndarray:
+    """A 64-bit hash of each row of the byte columns ``parts`` (each ``(rows, width)`` uint8)."""
+    h = np.full(rows, 0xCBF29CE484222325, dtype=np.uint64)
+    mult = np.uint64(0x100000001B3)
+    with np.errstate(over="ignore"):
+        for p in parts:
+            w = p.shape[1]
+            if w % 8:
+                p = np.concatenate([p, np.zeros((rows, 8 - w % 8), dtype=np.uint8)], axis=1)
+            words = np.ascontiguousarray(p).view(np.uint64)
+            for j in range(words.shape[1]):
+                h ^= words[:, j]
+                h *= mult
+                h ^= h >> np.uint64(29)
+            h ^= np.uint64(w)
+            h *= mult
+    return h

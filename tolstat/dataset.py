@@ -6,6 +6,7 @@ The schema is documented in ``docs/schema.md``; :func:`validate` enforces it.
 
 from __future__ import annotations
 
+import functools
 import json
 import datetime as _dt
 from dataclasses import dataclass, field
@@ -116,7 +117,7 @@ def _run_stats(metrics: ErrorMetrics) -> tuple[dict[str, Any], np.ndarray]:
         sig = metrics.signed[finite & np.isfinite(metrics.signed)]
         mean_signed = float(sig.mean()) if sig.size else 0.0
         cov = metric_covariates(metrics)
-        q = np.quantile(abs_e, QUANTILES) if nf == 0 else np.quantile(
+        q = _quantile_linear(abs_e, _QUANTILES) if nf == 0 else np.quantile(
             np.where(metrics.nonfinite, np.inf, abs_e), QUANTILES, method="higher"
         )
     stats = {
@@ -133,6 +134,43 @@ def _run_stats(metrics: ErrorMetrics) -> tuple[dict[str, Any], np.ndarray]:
         "ref_rms": cov["ref_rms"],
     }
     return stats, q
+
+
+_QUANTILES = np.asarray(QUANTILES, dtype=np.float64)
+
+
+def _quantile_linear(a: np.ndarray, qs: np.ndarray) -> np.ndarray:
+    """``np.quantile(a, qs)`` (method "linear") for a 1-D float64 ``a``: numpy's own steps
+    (the same partition, indices and interpolation) without its per-call overhead."""
+    n = a.size
+    if n == 0 or a.dtype != np.float64 or a.ndim != 1:
+        return np.quantile(a, qs)
+    prev, nxt, kth, t, upper = _linear_positions(n, tuple(float(q) for q in qs))
+    part = np.partition(a, kth)
+    if np.isnan(part[-1]):
+        return np.quantile(a, qs)
+    lo, hi = part[prev], part[nxt]
+    d = hi - lo
+    out = lo + d * t
+    np.subtract(hi, d * (1 - t), out=out, where=upper)
+    return out
+
+
+@functools.lru_cache(maxsize=512)
+def _linear_positions(n: int, qs: tuple[float, ...]) -> tuple[np.ndarray, ...]:
+    """numpy's "linear" indices, partition points and weights for ``n`` values (cached:
+    runs of a collection share a few sizes; the arrays are only read)."""
+    v = (n - 1) * np.asarray(qs, dtype=np.float64)
+    prev = np.floor(v).astype(np.intp)
+    nxt = prev + 1
+    above = v >= n - 1
+    prev[above] = -1
+    nxt[above] = -1
+    t = v - prev
+    out = (prev, nxt, np.unique(np.hstack((prev, nxt))), t, t >= 0.5)
+    for x in out:
+        x.flags.writeable = False
+    return out
 
 
 def _sample_indices(metrics: ErrorMetrics, sample_size: int,
@@ -234,11 +272,101 @@ def pareto_frontier(abs_err: np.ndarray, ref_abs: np.ndarray) -> np.ndarray:
     run's maximum score is attained on the front. Keeping the front in the element sample
     therefore makes every such normalised run statistic *exact* from the sample.
     """
-    r = np.where(np.isnan(ref_abs), np.inf, ref_abs)
-    order = np.lexsort((np.arange(r.size), -abs_err, r))
-    d = abs_err[order]
-    prev = np.maximum.accumulate(np.concatenate([[-np.inf], d[:-1]]))
-    return np.sort(order[d > prev])
+    # numba, O(n) plus a sort of the few candidates: the same set as walking the
+    # lexicographic order (|expected|, -|d|, position) and keeping each element whose |d|
+    # exceeds every earlier one (a NaN |d| stops the front, as a running max would)
+    r = np.asarray(ref_abs, dtype=np.float64).ravel()
+    r = np.where(np.isnan(r), np.inf, r) + 0.0  # + 0.0: -0.0 becomes +0.0 (they tie)
+    return _front_kernel(np.asarray(abs_err, dtype=np.float64).ravel(), r)
+
+
+@numba.njit(cache=True)
+def _front_kernel(d: np.ndarray, r: np.ndarray) -> np.ndarray:  # pragma: no cover - numba
+    """Sorted indices of the Pareto front (see :func:`pareto_frontier`); ``r`` has no NaN
+    and no -0.0.
+
+    The elements are bucketed by ``r`` (buckets ordered like ``r``); an element whose
+    ``d`` is at most the largest ``d`` of an earlier bucket follows an element with a
+    larger-or-equal ``d`` and is not on the front. The remaining candidates (and every
+    NaN ``d``) are sorted by ``r``; among elements of equal ``r`` only the first in the
+    order (largest ``d``, then smallest index) can exceed the running maximum, which
+    equals the running maximum over all elements, and a NaN ``d`` (sorted last among
+    equal ``r``) makes it NaN: no later element is on the front.
+    """
+    n = r.size
+    keys = np.empty(n, dtype=np.int64)
+    kmin = np.int64(0)
+    kmax = np.int64(0)
+    for i in range(n):
+        b = np.int64(r.view(np.int64)[i])
+        k = b ^ ((b >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))  # ordered like the floats
+        keys[i] = k
+        if i == 0 or k < kmin:
+            kmin = k
+        if i == 0 or k > kmax:
+            kmax = k
+    nb = 1
+    while nb < n and nb < 4096:
+        nb *= 2
+    span = np.uint64(kmax - kmin)
+    shift = np.uint64(0)
+    while (span >> shift) >= np.uint64(nb):
+        shift += np.uint64(1)
+    bucket = np.empty(n, dtype=np.int64)
+    bmax = np.full(nb, -np.inf)
+    for i in range(n):
+        bb = np.int64(np.uint64(keys[i] - kmin) >> shift)
+        bucket[i] = bb
+        if d[i] > bmax[bb]:
+            bmax[bb] = d[i]
+    before = np.empty(nb)  # largest d of the earlier buckets
+    run = -np.inf
+    for bb in range(nb):
+        before[bb] = run
+        if bmax[bb] > run:
+            run = bmax[bb]
+    cand = np.empty(n, dtype=np.int64)
+    nc = 0
+    for i in range(n):
+        di = d[i]
+        if di != di or di > before[bucket[i]]:
+            cand[nc] = i
+            nc += 1
+    cand = cand[:nc]
+    rc = np.empty(nc)
+    for t in range(nc):
+        rc[t] = r[cand[t]]
+    order = cand[np.argsort(rc)]
+    keep = np.empty(nc, dtype=np.int64)
+    m = 0
+    prev = -np.inf
+    stopped = False
+    i = 0
+    while i < nc:
+        ri = r[order[i]]
+        best = -1
+        bestd = 0.0
+        has_nan = False
+        j = i
+        while j < nc and r[order[j]] == ri:
+            k = order[j]
+            dk = d[k]
+            if dk != dk:
+                has_nan = True
+            elif best < 0 or dk > bestd or (dk == bestd and k < best):
+                best = k
+                bestd = dk
+            j += 1
+        if best >= 0 and not stopped and bestd > prev:
+            keep[m] = best
+            m += 1
+            prev = bestd
+        if has_nan:
+            stopped = True
+        i = j
+    out = keep[:m].copy()
+    out.sort()
+    return out
 
 
 @numba.njit(cache=True)
@@ -508,21 +636,31 @@ def validate(ds: Any, *, deep: bool | None = None, source: str | None = None) ->
         if (ns > np.asarray(ds["n_elements"].values)).any():
             _fail("'n_sample' exceeds 'n_elements'", source)
         s = np.asarray(ds["sample_abs"].values)
-        if (s < 0).any():
+        # in blocks of runs: the temporaries stay small next to the sample (same checks, same order)
+        blocks = [slice(i, i + _CHECK_BLOCK) for i in range(0, s.shape[0], _CHECK_BLOCK)]
+        if any((s[b] < 0).any() for b in blocks):
             _fail("'sample_abs' has negative values", source)
-        pad = np.arange(s.shape[1])[None, :] >= ns[:, None]
-        if np.isnan(s[~pad]).any():
+        cols = np.arange(s.shape[1])[None, :]
+        if any(np.isnan(s[b][cols < ns[b, None]]).any() for b in blocks):
             _fail("'sample_abs' has NaN inside the valid samples", source)
-        _check_consistent(ds, s, ns, source)
+        _check_consistent(ds, s, ns, source, blocks)
     return ds
 
 
-def _check_consistent(ds: xr.Dataset, s: np.ndarray, ns: np.ndarray, source: str | None) -> None:
+#: rows per block of the deep checks of :func:`validate`
+_CHECK_BLOCK = 2048
+
+
+def _check_consistent(ds: xr.Dataset, s: np.ndarray, ns: np.ndarray, source: str | None,
+                      blocks: Sequence[slice] = (slice(None),)) -> None:
     """Cheap tamper checks: the element sample always holds the run's largest error, so
     its maximum must equal ``max_abs`` (and may never exceed it)."""
     mx = np.asarray(ds["max_abs"].values, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        smax = np.max(np.where(np.isnan(s), -np.inf, s), axis=1) if s.shape[1] else np.full(mx.shape, -np.inf)
+        if s.shape[1] and s.shape[0]:
+            smax = np.concatenate([np.max(np.where(np.isnan(s[b]), -np.inf, s[b]), axis=1) for b in blocks])
+        else:
+            smax = np.full(mx.shape, -np.inf)
         has = ns > 0
         over = has & (smax > mx * (1 + 1e-12))
         under = has & (smax < mx * (1 - 1e-12)) & np.isfinite(mx)

@@ -12,8 +12,9 @@ Protocol
    variant (*controls*) and every bug of the op (*buggy*), paired on the same inputs;
    both form error datasets too (:func:`heldout_datasets`).
 3. **Methods.** The rules of :mod:`tolstat.comparison` (static baselines, the study's
-   rule, ``tolstat.select``), through the per-fold core of ``tolstat compare``
-   (:func:`tolstat.comparison.calibrate_and_score`) with one fold: each calibrates on
+   rule, ``tolstat.select``), through the steps of the per-fold core of ``tolstat compare``
+   (:func:`tolstat.comparison.calibrate_and_score`) with one fold, the test checks
+   scored one (op, dtype) at a time as they are made: each calibrates on
    the calibration dataset only, per (op, dtype), and scores every test check from its
    error dataset (check statistic / threshold; flagged when > 1). Static rules ignore
    the calibration data.
@@ -44,7 +45,7 @@ from . import _validate
 from ._util import atomic_write, atomic_write_text
 from ._version import __version__
 from .collect import from_pairs
-from .comparison import TORCH_DEFAULTS, Rule, StaticRule, StudyRule, calibrate_and_score, make_rule
+from .comparison import TORCH_DEFAULTS, FoldOutcome, Rule, StaticRule, StudyRule, make_rule
 from .dataset import concat, validate
 from .metrics import ulp_distance
 
@@ -295,7 +296,7 @@ class _SampleSink:
         prov: list[Any] = []
         for d in parts:
             prov.extend(json.loads(d.attrs.get("provenance", "[]")))
-        out = xr.concat([d.drop_attrs() if hasattr(d, "drop_attrs") else d.assign_attrs({}) for d in parts],
+        out = xr.concat([_without_attrs(d) for d in parts],
                         dim="run", data_vars="all", coords="different", compat="equals", join="outer",
                         combine_attrs="drop")
         for name in out.data_vars:  # attrs from the first part that has the variable
@@ -311,6 +312,16 @@ class _SampleSink:
         out.attrs["sample_size"] = int(self.k)
         out.attrs["provenance"] = json.dumps(prov)
         return out
+
+
+def _without_attrs(ds: xr.Dataset) -> xr.Dataset:
+    """``ds.drop_attrs()`` (no attrs on the dataset or any variable), as a shallow copy:
+    one pass over the variables (``drop_attrs`` re-assigns them one by one)."""
+    out = ds.copy(deep=False)
+    for v in out.variables.values():
+        v.attrs = {}
+    out.attrs = {}
+    return out
 
 
 def _ops(cfg: EvalConfig) -> list[str]:
@@ -364,20 +375,85 @@ def heldout_datasets(cfg: EvalConfig, *, covariates: Sequence[str] = (),
     n_bug = sum(b.op in ops for b in corpus.BUGS.values()) * cfg.n_test * len(cfg.dtypes)
     ctrl_sink, bug_sink = _SampleSink(n_var, 512), _SampleSink(n_bug, 512)
     ctrl_parts, bug_parts = [], []
+    for controls, buggy in _heldout_parts(cfg, progress):
+        ctrl_parts.append(ctrl_sink.take(controls))
+        if buggy is not None:
+            bug_parts.append(bug_sink.take(buggy))
+    names = list(covariates)
+    controls_ds = _union_covariates(ctrl_parts, names, sink=ctrl_sink)
+    return controls_ds, (_union_covariates(bug_parts, names, sink=bug_sink) if bug_parts else None)
+
+
+def _heldout_parts(cfg: EvalConfig, progress: bool | None) -> Iterator[tuple[xr.Dataset, xr.Dataset | None]]:
+    """The held-out error datasets of each (op, dtype) in turn: (controls, bugs or None)."""
+    ops = _ops(cfg)
     bar = tqdm(total=len(ops) * len(cfg.dtypes), desc="test checks",
                disable=None if progress is None else not progress)
     for op in ops:
         for dt in cfg.dtypes:
             controls, buggy = _heldout_pairs(op, dt, cfg.n_test, cfg.seed + 1, cfg.quick)
-            ctrl_parts.append(ctrl_sink.take(_from_corpus_pairs(controls, op, dt, cfg.seed + 1)))
-            if buggy:
-                bug_parts.append(bug_sink.take(_from_corpus_pairs(buggy, op, dt, cfg.seed + 1)))
+            ctrl = _from_corpus_pairs(controls, op, dt, cfg.seed + 1)
+            bug = _from_corpus_pairs(buggy, op, dt, cfg.seed + 1) if buggy else None
             del controls, buggy
+            yield ctrl, bug
             bar.update(1)
     bar.close()
-    names = list(covariates)
-    controls_ds = _union_covariates(ctrl_parts, names, sink=ctrl_sink)
-    return controls_ds, (_union_covariates(bug_parts, names, sink=bug_sink) if bug_parts else None)
+
+
+def _fit_and_score(rules: Sequence[Rule], cal: xr.Dataset, cfg: EvalConfig, progress: bool | None
+                   ) -> tuple[list[FoldOutcome], xr.Dataset, xr.Dataset | None]:
+    """:func:`tolstat.comparison.calibrate_and_score` of every rule on ``cal`` and the
+    held-out checks, which are made and scored one (op, dtype) at a time (their element
+    samples are never all in memory; a run's score depends on that run alone).
+
+    Returns the outcomes and the labels (:data:`_CHECK_LABELS`) of the controls and of
+    the bugs (None without bugs), in the order of :func:`heldout_datasets`.
+    """
+    kernel = cfg.protocol == "kernel"
+    by = BY + ("hardware",) if kernel else BY
+    if kernel:
+        cal = _kernel_groups(cal)
+    fits: list[tuple[Any, str]] = []
+    for rule in rules:
+        try:
+            fits.append((rule.fit(cal, budget=cfg.fp_budget, confidence=cfg.confidence, by=by), ""))
+        except ValueError as exc:
+            fits.append((None, str(exc) or "refused"))
+    ratios: list[list[np.ndarray]] = [[] for _ in rules]
+    buggy_ratios: list[list[np.ndarray]] = [[] for _ in rules]
+    ctrl_labels: list[xr.Dataset] = []
+    bug_labels: list[xr.Dataset] = []
+    for controls, buggy in _heldout_parts(cfg, progress):
+        if kernel:
+            controls = _kernel_groups(controls)
+            buggy = None if buggy is None else _kernel_groups(buggy)
+        for j, (fitted, _) in enumerate(fits):
+            if fitted is not None:
+                ratios[j].append(fitted.score(controls))
+                if buggy is not None:
+                    buggy_ratios[j].append(fitted.score(buggy))
+        ctrl_labels.append(_labels_only(controls))
+        if buggy is not None:
+            bug_labels.append(_labels_only(buggy))
+        del controls, buggy
+    nc = sum(d.sizes["run"] for d in ctrl_labels)
+    nb = sum(d.sizes["run"] for d in bug_labels)
+    outcomes = []
+    for j, (fitted, err) in enumerate(fits):
+        if fitted is None:
+            outcomes.append(FoldOutcome({}, {}, np.full(nc, np.nan), np.full(nb, np.nan), err))
+            continue
+        r = np.concatenate(ratios[j]) if nc else np.empty(0)
+        b = np.concatenate(buggy_ratios[j]) if nb else np.empty(0)
+        outcomes.append(FoldOutcome(fitted.thresholds, fitted.reasons, r, b))
+    bugs = xr.concat(bug_labels, dim="run") if bug_labels else None
+    return outcomes, xr.concat(ctrl_labels, dim="run"), bugs
+
+
+def _labels_only(ds: xr.Dataset) -> xr.Dataset:
+    """The label variables of a check dataset that :func:`_checks_dataset` reads."""
+    names = sorted(set(_CHECK_LABELS.values()))
+    return xr.Dataset({n: ("run", np.asarray(ds[n].values)) for n in names})
 
 
 @dataclass
@@ -529,12 +605,9 @@ def _evaluate(cfg: EvalConfig, methods: Sequence[Any] | None, progress: bool | N
     if not rules or len(set(names)) != len(names):
         raise ValueError(f"methods must be a non-empty list with distinct names, got {names}")
     cal = calibration_dataset(cfg, progress=progress)
-    controls, bugs = heldout_datasets(cfg, covariates=cal.attrs["covariates"].split(","), progress=progress)
-    if cfg.protocol == "kernel":
-        parts = [_kernel_groups(d) for d in (cal, controls, bugs)]
-        rules, scores, thresholds, skipped = _score_methods(rules, *parts, cfg)
-    else:
-        rules, scores, thresholds, skipped = _score_methods(rules, cal, controls, bugs, cfg)
+    # each held-out (op, dtype) is scored as it is made: its samples are then dropped
+    outcomes, controls, bugs = _fit_and_score(rules, cal, cfg, progress)
+    rules, scores, thresholds, skipped = _score_methods(rules, outcomes, cfg)
     checks = _checks_dataset(controls, bugs, scores, rules)
     summary, per_bug, per_op = _summaries(checks, rules, cfg.fp_budget)
     return EvalResult(cfg, checks, summary, cal, rules, time.perf_counter() - t0, per_bug, per_op, skipped,
@@ -550,10 +623,10 @@ def _kernel_groups(ds: xr.Dataset) -> xr.Dataset:
     return ds.assign_coords(hardware=("run", np.char.add(np.char.add(hw, "|"), var)))
 
 
-def _score_methods(rules: Sequence[Rule], cal: xr.Dataset, controls: xr.Dataset, bugs: xr.Dataset | None,
-                   cfg: EvalConfig) -> tuple[list[Rule], np.ndarray, dict[str, dict[tuple[str, str], float]],
-                                             dict[str, str]]:
-    """Calibrate each rule on ``cal`` and score the held-out checks (controls, then bugs).
+def _score_methods(rules: Sequence[Rule], outcomes: Sequence[FoldOutcome], cfg: EvalConfig
+                   ) -> tuple[list[Rule], np.ndarray, dict[str, dict[tuple[str, str], float]], dict[str, str]]:
+    """The scores of the held-out checks (controls, then bugs) of each rule calibrated on
+    the calibration dataset (``outcomes``, from :func:`_fit_and_score`).
 
     A rule that cannot be calibrated for every (op, dtype) is skipped (loudly, with the
     reason), as it cannot be compared on every check.
@@ -562,10 +635,7 @@ def _score_methods(rules: Sequence[Rule], cal: xr.Dataset, controls: xr.Dataset,
     cols: list[np.ndarray] = []
     thresholds: dict[str, dict[tuple[str, str], float]] = {}
     skipped: dict[str, str] = {}
-    by = BY + ("hardware",) if cfg.protocol == "kernel" else BY
-    for rule in rules:
-        out = calibrate_and_score(rule, cal, controls, bugs, budget=cfg.fp_budget, confidence=cfg.confidence,
-                                  by=by)
+    for rule, out in zip(rules, outcomes):
         col = np.concatenate([out.ratios, out.buggy_ratios])
         why = out.error or next(iter(out.reasons.values()), "")
         if out.reasons and not out.error:

@@ -21,6 +21,7 @@ counted (``n_nonfinite``) and reported, never dropped.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -211,6 +212,118 @@ def ulp_distance(actual: Any, expected: Any, dtype: Any) -> np.ndarray:
     _check_float(e, "expected")
     if a.shape != e.shape:
         raise ValueError(f"shape mismatch: actual {a.shape} vs expected {e.shape}")
+    if td.name in _FUSED_ULP and a.dtype == td.np_dtype and e.dtype == np.float64:
+        return _ulp_fused(a, e, td)
+    return _ulp_general(a, e, td)
+
+
+#: 16-bit formats whose ULP distance to a float64 reference is one numba pass
+_FUSED_ULP = ("float16", "bfloat16")
+
+
+def _ulp_fused(a: np.ndarray, e: np.ndarray, td: TargetDtype) -> np.ndarray:
+    """:func:`_ulp_general` for a 16-bit ``actual`` in ``td`` and a float64 ``expected``:
+    the same rounding (to nearest even, after clamping to +-max), overflow rule and
+    non-finite rule, element by element in one pass (tested equal)."""
+    fi = np.finfo(td.np_dtype) if td.name == "float16" else _finfo_of(td)
+    p = int(fi.nmant) + 1
+    emin = int(np.log2(td.tiny)) + 1
+    _, ex = np.frexp(np.float64(td.max))
+    edge = td.max + float(np.ldexp(1.0, int(ex) - p - 1))
+    odd = bool(int(np.array(td.max, dtype=td.np_dtype).view(td.uint_dtype)) & 1)
+    out = np.empty(a.size, dtype=np.float64)
+    _ulp16_kernel(np.ascontiguousarray(a).view(np.uint16).ravel(), np.ascontiguousarray(e).ravel(), p, emin,
+                  float(td.max), edge, odd, out)
+    return out.reshape(a.shape)
+
+
+@numba.njit(cache=True, nogil=True)
+def _ulp16_kernel(a_bits, e64, p, emin, vmax, edge, odd, out):  # pragma: no cover - numba
+    e_bits = e64.view(np.int64)
+    vmax_bits = np.array([vmax]).view(np.int64)[0]
+    inf_bits = ((1 << (15 - (p - 1))) - 1) << (p - 1)  # exponent field all ones
+    for i in range(a_bits.size):
+        a = np.int64(a_bits[i])
+        ev = e64[i]
+        am = a & 0x7FFF
+        a_nonfinite = am >= inf_bits
+        if a_nonfinite or not np.isfinite(ev):  # both NaN, or the same infinity: 0; else inf
+            a_nan = am > inf_bits
+            same_inf = a_nonfinite and not a_nan and np.isinf(ev) and ((a >> 15) == 1) == (ev < 0)
+            out[i] = 0.0 if (a_nan and ev != ev) or same_inf else np.inf
+            continue
+        mag = abs(ev)
+        if mag > edge or (mag == edge and odd):  # the reference overflows the format
+            out[i] = np.inf
+            continue
+        # c = min(|e|, max) as float64 bits
+        cb = vmax_bits if mag > vmax else e_bits[i] & 0x7FFFFFFFFFFFFFFF
+        # round to nearest even with gradual underflow (as _round_to_target), on the bits:
+        # the index on the format's integer line is c / spacing, rounded, plus the
+        # exponent's offset (normal values)
+        e_field = cb >> 52
+        if e_field == 0:  # float64 subnormal (or zero): far below the format's smallest step
+            me = 0
+        else:
+            ue = e_field - 1023
+            m53 = (cb & 0xFFFFFFFFFFFFF) | (1 << 52)
+            emin_t = emin - 1  # unbiased exponent of the smallest normal
+            shift = 52 - (p - 1) + (emin_t - ue if ue < emin_t else 0)
+            if shift > 54:
+                me = 0
+            else:
+                q = m53 >> shift
+                rem = m53 & ((1 << shift) - 1)
+                half = 1 << (shift - 1)
+                if rem > half or (rem == half and (q & 1) == 1):
+                    q += 1
+                me = q + ((ue - emin_t) << (p - 1) if ue >= emin_t else 0)
+        sa = a >> 15
+        se = 1 if np.signbit(ev) else 0
+        if sa == se:
+            d = am - me if am >= me else me - am
+        else:
+            d = am + me
+        out[i] = np.float64(d)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _metrics_kernel(a64, e64, rel_floor, signed, abs_err, rel, ref_abs, nonfinite):  # pragma: no cover - numba
+    """Element-wise errors, as the numpy definition: ``signed = a - e``; ``abs = |signed|``
+    with the non-finite rule (:func:`_apply_nonfinite`: 0 for both NaN or the same
+    infinity, else inf and ``nonfinite``); ``ref_abs = |e|``; ``rel = abs /
+    np.maximum(ref_abs, rel_floor)``, 0 where ``abs == 0`` and inf where non-finite.
+    Returns the number of NaNs in ``e``."""
+    n_nan = 0
+    for i in range(a64.size):
+        av = a64[i]
+        ev = e64[i]
+        s = av - ev
+        signed[i] = s
+        ad = abs(s)
+        ra = abs(ev)
+        ref_abs[i] = ra
+        bad = False
+        if ev != ev:
+            n_nan += 1
+        if not (np.isfinite(av) and np.isfinite(ev)):
+            both_nan = av != av and ev != ev
+            same_inf = np.isinf(av) and np.isinf(ev) and np.sign(av) == np.sign(ev)
+            if both_nan or same_inf:
+                ad = 0.0
+            else:
+                ad = np.inf
+                bad = True
+        abs_err[i] = ad
+        nonfinite[i] = bad
+        denom = ra if (ra != ra or ra >= rel_floor) else rel_floor  # np.maximum: NaN wins
+        r = 0.0 if ad == 0.0 else ad / denom
+        rel[i] = np.inf if bad else r
+    return n_nan
+
+
+def _ulp_general(a: np.ndarray, e: np.ndarray, td: TargetDtype) -> np.ndarray:
+    """ULP distance, any float dtypes (see :func:`ulp_distance`)."""
     a64 = _to_float64(a)
     e64 = _to_float64(e)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -377,27 +490,21 @@ def error_metrics(
     if not np.isfinite(rel_floor) or rel_floor < 0:
         raise ValueError(f"rel_floor must be finite and >= 0, got {rel_floor}")
 
-    a64 = _to_float64(a).ravel()
-    e64 = _to_float64(e).ravel()
-    nan_ref = np.isnan(e64)
-    if nan_ref.any() and not allow_nan:
-        first = int(np.flatnonzero(nan_ref)[0])
+    a64 = np.ascontiguousarray(_to_float64(a)).ravel()
+    e64 = np.ascontiguousarray(_to_float64(e)).ravel()
+    n = a64.size
+    signed, abs_err, rel, ref_abs = (np.empty(n) for _ in range(4))
+    nonfinite = np.empty(n, dtype=bool)
+    # one pass (numba): the numpy definitions below, element by element
+    n_nan_ref = _metrics_kernel(a64, e64, float(rel_floor), signed, abs_err, rel, ref_abs, nonfinite)
+    if n_nan_ref and not allow_nan:
+        first = int(np.flatnonzero(np.isnan(e64))[0])
         idx = np.unravel_index(first, e.shape) if e.ndim else ()
         raise ValueError(
-            f"reference (expected) contains {int(nan_ref.sum())} NaN value(s), first at "
+            f"reference (expected) contains {n_nan_ref} NaN value(s), first at "
             f"index {tuple(int(i) for i in idx)}: the reference is broken; pass "
             "allow_nan=True to treat matching NaNs as equal"
         )
-    with np.errstate(invalid="ignore", over="ignore"):
-        signed = a64 - e64
-        abs_err = np.abs(signed)
-    nonfinite = _apply_nonfinite(abs_err, a64, e64)
-    # signed error is NaN where undefined (NaN actual or reference), else +-inf kept
-    ref_abs = np.abs(e64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        denom = np.maximum(ref_abs, rel_floor)
-        rel = np.where(abs_err == 0.0, 0.0, abs_err / denom)
-    rel[nonfinite] = np.inf
     ulp = ulp_distance(a.ravel(), e64, td)
     return ErrorMetrics(
         dtype=td.name,

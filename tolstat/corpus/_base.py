@@ -228,10 +228,20 @@ class Case:
     seed: int
     dims: dict[str, int] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
+    #: rounded inputs per dtype, made once per case (the inputs are not changed after the draw)
+    _casts: dict[str, dict[str, np.ndarray]] = field(default_factory=dict, init=False, repr=False)
 
     def cast_inputs(self, dtype: str | np.dtype) -> dict[str, np.ndarray]:
-        """The inputs as the kernel sees them: rounded to ``dtype``."""
-        return {k: cast(v, dtype) for k, v in self.inputs.items()}
+        """The inputs as the kernel sees them: rounded to ``dtype`` (fresh arrays)."""
+        return {k: v.copy() for k, v in self._cast(dtype).items()}
+
+    def _cast(self, dtype: str | np.dtype) -> dict[str, np.ndarray]:
+        """The rounded inputs, shared: callers must not write to them."""
+        name = _name(dtype)
+        got = self._casts.get(name)
+        if got is None or got.keys() != self.inputs.keys():
+            got = self._casts[name] = {k: cast(v, name) for k, v in self.inputs.items()}
+        return got
 
 
 Kernel = Callable[..., np.ndarray]
@@ -509,7 +519,7 @@ def reference_from(fn64: Callable[..., np.ndarray]) -> Callable[[Case, str], np.
 
     def reference(case: Case, dtype: str) -> np.ndarray:
         dt = np_dtype(dtype)
-        xs = {k: cast(v, dt).astype(F64) for k, v in case.inputs.items()}
+        xs = {k: v.astype(F64) for k, v in case._cast(dt).items()}
         with np.errstate(all="ignore"):
             return np.asarray(fn64(**xs, **case.params), dtype=F64)
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-from ._base import F64, OPS, cast, np_dtype
+from ._base import F64, OPS, np_dtype
 
 __all__ = ["MAGNITUDES", "ROWWISE", "run_magnitude"]
 
@@ -121,7 +121,7 @@ def run_magnitude(case, dtype: str) -> np.ndarray:
     if case.op not in MAGNITUDES:
         raise KeyError(f"no magnitude for op {case.op!r}; known: {sorted(MAGNITUDES)}")
     dt = np_dtype(dtype)
-    xs = {k: cast(v, dt).astype(F64) for k, v in case.inputs.items()}
+    xs = {k: v.astype(F64) for k, v in case._cast(dt).items()}
     with np.errstate(all="ignore"):
         return np.asarray(MAGNITUDES[case.op](**xs, **case.params), dtype=F64)
 

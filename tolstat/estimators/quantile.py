@@ -394,6 +394,88 @@ def _radix_refine(nt, R, res, b1, b2, hist, pos, stk, small):
                     pos[stk[t, 8]] = -1
 
 
+# One pass instead of two for groups like their predecessor: after a group's top-digit
+# plan, the buckets holding its needed ranks, widened on each side by neighbouring
+# buckets holding at most 2 sqrt(n) of its n values, are marked; the next group's
+# histogram pass also gathers the values of the marked buckets. When its exact histogram
+# confirms that every needed rank lies in a marked bucket (groups drawn alike: the usual
+# case), the radix selection continues on the gathered values, else it re-reads the
+# group (the two-pass path). Either way every bucket's region holds all of its values:
+# the result is the same exact order statistic.
+#: groups with at least this many values gather predicted buckets (read at call time)
+_PREDICT_MIN_N = 1 << 14
+
+
+@njit(cache=True, nogil=True)
+def _radix_hist_gather(rb, hist, mark, gbuf):
+    """:func:`_radix_hist_row` that also copies the bits of the values whose top digit is
+    marked into ``gbuf`` (in row order). Returns (count, gathered); gathered is -1 when
+    ``gbuf`` overflowed (then its content is incomplete)."""
+    for d in range(hist.shape[0]):
+        hist[d] = 0
+    m = 0
+    g = 0
+    cap = gbuf.shape[0]
+    for i in range(rb.shape[0]):
+        b = rb[i]
+        if (b & _ABS) > _INF_BITS:
+            continue
+        d = ((b ^ ((b >> 63) | _SIGN)) >> 52) & _RADIX_MASK
+        hist[d] += 1
+        m += 1
+        if mark[d]:
+            if g < cap:
+                gbuf[g] = b
+            g += 1
+    return m, (g if g <= cap else -1)
+
+
+@njit(cache=True, nogil=True)
+def _mark_from_plan(hist, m, stk, nt, mark, marked):
+    """Mark the top digits of the ``nt`` planned tasks and, on each side, the following
+    digits while they hold at most ``2 sqrt(m)`` of the ``m`` values (about three standard
+    deviations of the difference of a rank's value between two groups drawn alike, in
+    values); returns (count, their share)."""
+    nm = 0
+    tot = 0
+    budget = max(64, int(2.0 * math.sqrt(m)))
+    for t in range(nt):
+        d = stk[t, 8]
+        if mark[d] == 0:
+            mark[d] = 1
+            marked[nm] = d
+            nm += 1
+            tot += hist[d]
+        for step in (-1, 1):
+            acc = 0
+            dd = d + step
+            while 0 <= dd < _RADIX_NB and acc + hist[dd] <= budget:
+                acc += hist[dd]
+                if mark[dd] == 0:
+                    mark[dd] = 1
+                    marked[nm] = dd
+                    nm += 1
+                    tot += hist[dd]
+                dd += step
+    return nm, tot / m
+
+
+@njit(cache=True, nogil=True)
+def _unique_ranks(m, qs, method, lo_idx, hi_idx, gam, need, R):
+    """numpy's positions for ``m`` values and the distinct ranks they need (ascending)."""
+    nq = qs.shape[0]
+    _quantile_positions(m, qs, method, lo_idx, hi_idx, gam)
+    need[:nq] = lo_idx
+    need[nq:] = hi_idx
+    need.sort()
+    nr = 0
+    for t in range(2 * nq):
+        if nr == 0 or need[t] != R[nr - 1]:
+            R[nr] = need[t]
+            nr += 1
+    return nr
+
+
 @njit(cache=True, nogil=True)
 def _quantile_positions(m, qs, method, lo_idx, hi_idx, gam):
     """numpy's order-statistic positions (0-based) and weights for ``m`` values."""
@@ -431,16 +513,23 @@ def _interp(a, b, t, method):
 
 
 @njit(cache=True, parallel=True)
-def _quantile_groups_radix_kernel(x, xb, qs, method, nblocks, radix_min, small):
+def _quantile_groups_radix_kernel(x, xb, qs, method, nblocks, radix_min, small, predict_min=-1):
     """As :func:`_quantile_groups_kernel`; rows with at least ``radix_min`` valid values
-    use the radix selection (``xb`` is ``x`` viewed as int64)."""
+    use the radix selection (``xb`` is ``x`` viewed as int64). Rows of at least
+    ``predict_min`` values (``-1``: none) gather, during the histogram pass, the buckets
+    the previous row of the block needed."""
     g = x.shape[0]
     n = x.shape[1]
     nq = qs.shape[0]
     out = np.empty((g, nq), np.float64)
     nvalid = np.empty(g, np.int64)
     per = (g + nblocks - 1) // nblocks
+    predict = predict_min >= 0 and n >= predict_min
     for blk in prange(nblocks):
+        mark = np.zeros(_RADIX_NB, np.uint8)
+        marked = np.empty(_RADIX_NB, np.int64)
+        nm = 0
+        gbuf = np.empty(min(n, 1 << 16) if predict else 0, np.int64)
         b1 = np.empty(min(n, 1 << 16), np.int64)
         b2 = np.empty(b1.shape[0], np.int64)
         buf = np.empty(min(n, radix_min), np.float64)
@@ -455,7 +544,11 @@ def _quantile_groups_radix_kernel(x, xb, qs, method, nblocks, radix_min, small):
         res = np.empty(2 * nq, np.int64)
         vals = res.view(np.float64)
         for i in range(blk * per, min(g, (blk + 1) * per)):
-            m = _radix_hist_row(xb[i], hist)
+            ng = 0
+            if nm > 0:
+                m, ng = _radix_hist_gather(xb[i], hist, mark, gbuf)
+            else:
+                m = _radix_hist_row(xb[i], hist)
             nvalid[i] = m
             if m == 0:
                 out[i, :] = np.nan
@@ -464,20 +557,31 @@ def _quantile_groups_radix_kernel(x, xb, qs, method, nblocks, radix_min, small):
                 _copy_valid(x[i], buf)
                 _quantiles_of_buffer(buf, m, qs, method, out[i])
                 continue
-            _quantile_positions(m, qs, method, lo_idx, hi_idx, gam)
-            need[:nq] = lo_idx
-            need[nq:] = hi_idx
-            need.sort()
-            nr = 0
-            for t in range(2 * nq):
-                if nr == 0 or need[t] != R[nr - 1]:
-                    R[nr] = need[t]
-                    nr += 1
+            nr = _unique_ranks(m, qs, method, lo_idx, hi_idx, gam, need, R)
             nt, tot = _radix_plan(hist, R, nr, pos, stk)
             if tot > b1.shape[0]:  # scratch grows to the largest gathered set
                 b1 = np.empty(tot, np.int64)
                 b2 = np.empty(tot, np.int64)
-            _radix_select(xb[i], nt, R, res, b1, b2, hist, pos, stk, small)
+            have = nm > 0 and ng >= 0
+            for t in range(nt):
+                have = have and mark[stk[t, 8]] == 1
+            for t in range(nm):
+                mark[marked[t]] = 0
+            nm = 0
+            if predict:  # the next group gathers what this one needed (and its neighbours)
+                nm, share = _mark_from_plan(hist, m, stk, nt, mark, marked)
+                want = int(1.5 * share * n) + 4096
+                if want > n // 2:  # most of the group: the two passes are as good
+                    for t in range(nm):
+                        mark[marked[t]] = 0
+                    nm = 0
+                elif want > gbuf.shape[0]:
+                    gbuf2 = np.empty(want, np.int64)
+                    if ng > 0 and have:
+                        gbuf2[:ng] = gbuf[:ng]
+                    gbuf = gbuf2
+            # every needed bucket was gathered whole: select from the gathered values
+            _radix_select(gbuf[:ng] if have else xb[i], nt, R, res, b1, b2, hist, pos, stk, small)
             for t in range(nr):
                 k = res[t]
                 res[t] = k ^ _SIGN if k < 0 else ~k
@@ -600,7 +704,8 @@ def quantile_groups(
     code = QUANTILE_METHODS[method]
     if a.shape[1] >= _RADIX_MIN_N:
         out, nvalid = _quantile_groups_radix_kernel(
-            a, a.view(np.int64), q, code, _nblocks(a.shape[0]), _RADIX_MIN_N, _RADIX_SMALL)
+            a, a.view(np.int64), q, code, _nblocks(a.shape[0]), _RADIX_MIN_N, _RADIX_SMALL,
+            _PREDICT_MIN_N)
     else:
         out, nvalid = _quantile_groups_kernel(a, q, code, _nblocks(a.shape[0]))
     _check_nan_policy(nan_policy, nvalid, a.shape[1])

@@ -1,0 +1,204 @@
+"""The fast paths of the dataset layer equal their plain numpy definitions."""
+
+import numpy as np
+import pytest
+
+from tolstat import _validate
+from tolstat.dataset import pareto_frontier
+
+
+def _front_definition(abs_err, ref_abs):
+    # walk (|expected|, -|d|, position) and keep each element beating every earlier |d|
+    r = np.where(np.isnan(ref_abs), np.inf, ref_abs)
+    order = np.lexsort((np.arange(r.size), -abs_err, r))
+    d = abs_err[order]
+    prev = np.maximum.accumulate(np.concatenate([[-np.inf], d[:-1]]))
+    return np.sort(order[d > prev])
+
+
+def _draw(rng, kind, n):
+    if kind == "continuous":
+        return rng.random(n), rng.random(n)
+    if kind == "ties":
+        return rng.integers(0, 4, n).astype(float), rng.integers(0, 4, n).astype(float)
+    if kind == "nonfinite":
+        d = rng.integers(0, 3, n).astype(float)
+        r = rng.integers(0, 3, n).astype(float)
+        d[rng.random(n) < 0.1] = np.nan
+        r[rng.random(n) < 0.1] = np.nan
+        d[rng.random(n) < 0.1] = np.inf
+        r[rng.random(n) < 0.1] = np.inf
+        return d, r
+    if kind == "long_front":  # error falling with |ref|: most elements on the front
+        r = rng.random(n)
+        return 1.0 - r + 1e-9 * rng.random(n), r
+    d, r = np.abs(rng.standard_normal(n)), np.abs(rng.standard_normal(n))
+    r[rng.random(n) < 0.3] = 0.0
+    r[rng.random(n) < 0.2] = -0.0  # ties with +0.0
+    return d, r
+
+
+@pytest.mark.parametrize("kind", ["continuous", "ties", "nonfinite", "long_front", "zeros"])
+def test_pareto_frontier_equals_lexsort_definition(kind):
+    rng = np.random.default_rng(7)
+    for n in list(range(1, 40)) + [500, 5000]:
+        d, r = _draw(rng, kind, n)
+        got = pareto_frontier(d, r)
+        np.testing.assert_array_equal(got, _front_definition(d, r))
+        assert got.dtype == np.int64
+
+
+def _dup_definition(columns, rows):
+    parts = []
+    for name in sorted(columns):
+        v = np.asarray(columns[name])
+        if v.dtype.kind == "O":
+            v = v.astype(str)
+        parts.append(np.ascontiguousarray(v).reshape(rows, -1).view(np.uint8).reshape(rows, -1))
+    mat = np.ascontiguousarray(np.concatenate(parts, axis=1))
+    _, first = np.unique(mat.view(np.dtype((np.void, mat.shape[1]))).ravel(), return_index=True)
+    dup = np.ones(rows, dtype=bool)
+    dup[first] = False
+    return np.flatnonzero(dup)
+
+
+def _columns(rng, n):
+    cols = {"a": rng.integers(0, 3, n).astype(float),
+            "s": np.array(["x", "yy", "x" * 9])[rng.integers(0, 3, n)],
+            "o": np.array(["p", "q"], dtype=object)[rng.integers(0, 2, n)],
+            "b": rng.random(n) < 0.5,
+            "q": rng.integers(0, 2, (n, 3)).astype(float)}
+    cols["a"][rng.random(n) < 0.3] = np.nan  # NaN compares equal bit for bit
+    return cols
+
+
+@pytest.mark.parametrize("collide", [False, True])
+def test_duplicate_rows_equals_unique_definition(collide, monkeypatch):
+    if collide:  # every hash equal: the byte comparison alone decides
+        monkeypatch.setattr(_validate, "_row_hashes", lambda parts, rows: np.zeros(rows, dtype=np.uint64))
+    rng = np.random.default_rng(3)
+    for n in (2, 3, 10, 60, 400):
+        cols = _columns(rng, n)
+        np.testing.assert_array_equal(_validate.duplicate_rows(cols, n), _dup_definition(cols, n))
+    assert _validate.duplicate_rows(_columns(rng, 1), 1).size == 0
+
+
+def test_duplicate_rows_finds_copies():
+    rng = np.random.default_rng(4)
+    cols = {"x": rng.random(50), "y": rng.random((50, 2))}
+    both = {k: np.concatenate([v, v[10:20]]) for k, v in cols.items()}
+    np.testing.assert_array_equal(_validate.duplicate_rows(both, 60), np.arange(50, 60))
+
+
+def test_run_quantiles_equal_numpy_bit_for_bit():
+    from tolstat.dataset import _QUANTILES, _quantile_linear
+
+    rng = np.random.default_rng(11)
+    for t in range(600):
+        n = int(rng.integers(1, 12 if t % 3 == 0 else 3000))
+        kind = t % 5
+        if kind == 0:
+            a = np.abs(rng.standard_normal(n))
+        elif kind == 1:  # ties on a lattice
+            a = rng.integers(0, 3, n) * 2.0**-20
+        elif kind == 2:  # infinities: numpy's NaN from inf - inf kept
+            a = np.abs(rng.standard_normal(n))
+            a[rng.random(n) < 0.05] = np.inf
+        elif kind == 3:  # signed zeros
+            a = np.where(rng.random(n) < 0.5, 0.0, -0.0) + rng.integers(0, 2, n)
+        else:  # NaN: numpy's own path
+            a = rng.exponential(1.0, n)
+            a[rng.random(n) < 0.05] = np.nan
+        for qs in (_QUANTILES, np.array([0.0, 1.0, 0.25, 0.5 + 1e-12])):
+            with np.errstate(invalid="ignore"):
+                got, ref = _quantile_linear(a, qs), np.quantile(a, qs)
+            np.testing.assert_array_equal(got.view(np.int64), np.asarray(ref).view(np.int64))
+
+
+def test_corpus_casts_once_and_hands_out_fresh_arrays():
+    from tolstat import corpus
+
+    case = corpus.cases("matmul", "bfloat16", n=1, seed=0)[0]
+    first = case.cast_inputs("bfloat16")
+    for k, v in first.items():
+        np.testing.assert_array_equal(v, corpus.cast(case.inputs[k], "bfloat16"))
+        v[...] = 0  # a kernel writing to its inputs changes no later run
+    again = case.cast_inputs("bfloat16")
+    for k, v in again.items():
+        np.testing.assert_array_equal(v, corpus.cast(case.inputs[k], "bfloat16"))
+        assert v is not first[k]
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_fused_ulp_distance_equals_general_path(name):
+    from tolstat import metrics
+    from tolstat._dtypes import target_dtype
+
+    td = target_dtype(name)
+    dt = td.np_dtype
+    mx, tiny = float(td.max), float(td.tiny)
+    half_step = 2.0 ** -(11 if name == "float16" else 8)  # half an ULP at 1: a tie
+    rng = np.random.default_rng(5)
+    n = 3000
+    special = np.array([mx, -mx, mx * (1 + half_step / 2), mx * (1 + half_step), -mx * (1 + half_step),
+                        mx * (1 + half_step / 8), 1e300, -1e300, 5e-324, -5e-324, tiny, tiny / 2, tiny / 3,
+                        0.0, -0.0, np.nan, np.inf, -np.inf])
+    base = rng.standard_normal(n).astype(np.float32).astype(dt).astype(np.float64)
+    draws = [rng.standard_normal(n) * 10.0 ** rng.integers(-8, 5, n),  # every scale
+             rng.standard_normal(n) * tiny * rng.integers(1, 50, n),  # subnormals of the format
+             mx * (1 + rng.standard_normal(n) * half_step),  # around the overflow edge
+             np.where(rng.random(n) < 0.5, base, base * (1 + half_step)),  # exact ties
+             np.resize(special, n)]
+    for e in draws:
+        with np.errstate(all="ignore"):
+            a = (e * (1 + rng.standard_normal(n) * 1e-2)).astype(np.float32).astype(dt)
+            a[rng.random(n) < 0.05] = np.array(np.nan, dtype=dt)
+            a[rng.random(n) < 0.05] = np.array(np.inf, dtype=dt)
+            a[rng.random(n) < 0.05] = np.array(-np.inf, dtype=dt)
+            a[rng.random(n) < 0.05] = np.array(-0.0, dtype=dt)
+            got = metrics.ulp_distance(a, e, name)
+            ref = metrics._ulp_general(a, e, td)
+        np.testing.assert_array_equal(got, ref)
+    assert metrics.ulp_distance(np.zeros((2, 3), dt), np.zeros((2, 3)), name).shape == (2, 3)
+
+
+def _metrics_definition(a, e, rel_floor):
+    from tolstat import metrics
+
+    a64, e64 = a.astype(np.float64).ravel(), e.astype(np.float64).ravel()
+    with np.errstate(invalid="ignore", over="ignore"):
+        signed = a64 - e64
+        abs_err = np.abs(signed)
+    nonfinite = metrics._apply_nonfinite(abs_err, a64, e64)
+    ref_abs = np.abs(e64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rel = np.where(abs_err == 0.0, 0.0, abs_err / np.maximum(ref_abs, rel_floor))
+    rel[nonfinite] = np.inf
+    return signed, abs_err, rel, ref_abs, nonfinite
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16", "float32"])
+def test_fused_error_metrics_equal_numpy_definition(name):
+    from tolstat import metrics
+    from tolstat._dtypes import target_dtype
+
+    dt = target_dtype(name).np_dtype
+    rng = np.random.default_rng(8)
+    for t in range(40):
+        n = int(rng.integers(1, 2000))
+        e = rng.standard_normal(n) * 10.0 ** rng.integers(-6, 4)
+        if t % 2:
+            for v, share in ((np.inf, 0.1), (-np.inf, 0.1), (np.nan, 0.1), (0.0, 0.1), (-0.0, 0.1)):
+                e[rng.random(n) < share] = v
+        with np.errstate(all="ignore"):
+            a = (e * (1 + 1e-3 * rng.standard_normal(n))).astype(np.float32).astype(dt)
+        if t % 3 == 0:
+            for v in (np.nan, np.inf, -np.inf):
+                a[rng.random(n) < 0.1] = np.array(v, dtype=dt)
+        for rel_floor in (None, 0.0, 1e-3):
+            m = metrics.error_metrics(a, e, rel_floor=rel_floor, allow_nan=True)
+            floor = float(target_dtype(name).tiny) if rel_floor is None else rel_floor
+            ref = _metrics_definition(a, e, floor)
+            for got, want in zip((m.signed, m.abs, m.rel, m.ref_abs, m.nonfinite), ref):
+                assert got.dtype == want.dtype
+                np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
