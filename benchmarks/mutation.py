@@ -331,7 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(ROOT / "mutants")
     sample = None
     if args.sample:
-        generate()
+        if not args.report_only or not all_mutants():
+            generate()  # (re)generate so the sample is drawn from the current source
         sample = draw_sample(all_mutants(), args.sample, args.seed)
     wall = None
     if not args.report_only:
