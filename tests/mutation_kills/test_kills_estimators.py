@@ -114,3 +114,42 @@ def test_gpd_loglik_at_the_uniform_boundary_matches_scipy():
     for y, sigma in (([2.0], 2.0), ([0.3, 3.0, 3.0], 3.0), ([0.1, 0.7], 0.7)):
         assert gpd_loglik(y, sigma, -1.0) == pytest.approx(stats.genpareto.logpdf(y, -1.0, 0, sigma).sum(), rel=1e-14)
     assert gpd_loglik([2.5], 2.0, -1.0) == -np.inf  # outside the support
+
+
+# --------------------------------------------------------------------------- bootstrap
+from tolstat.estimators.bootstrap import (  # noqa: E402
+    bootstrap_quantile_bound,
+    bootstrap_quantile_distribution,
+    jackknife_quantile,
+)
+
+
+@pytest.mark.parametrize("p", [0.3, 0.9, 0.97])
+def test_jackknife_quantile_default_is_numpy_linear_leave_one_out(p):
+    x = np.random.default_rng(11).gamma(2.0, size=41)
+    vals, mult = jackknife_quantile(x, p)
+    loo = np.sort([np.quantile(np.delete(x, i), p) for i in range(x.size)])  # numpy default: linear
+    np.testing.assert_allclose(np.sort(np.repeat(vals, mult.astype(np.int64))), loo, rtol=1e-14, atol=0)
+
+
+def test_bootstrap_quantile_bound_uses_the_quantile_method_and_records_the_seed():
+    x = np.random.default_rng(12).exponential(size=300)  # (n - 1) p = 269.1: linear interpolates
+    r = bootstrap_quantile_bound(x, 0.9, method="percentile", quantile_method="higher", n_resamples=400, seed=12345)
+    # "higher" picks order statistics: the estimate, every resampled quantile and so the
+    # percentile bound ('linear' interpolation between two equal-or-data values aside) are data
+    assert r.estimate == np.quantile(x, 0.9, method="higher")
+    tb = bootstrap_quantile_distribution(x, 0.9, n_resamples=400, seed=12345, method="higher")
+    assert np.isin(tb, x).all()
+    assert r.bound == np.quantile(tb, 0.95)
+    assert (r.seed, r.n_resamples, r.method) == (12345, 400, "percentile")
+    lin = bootstrap_quantile_distribution(x, 0.9, n_resamples=400, seed=12345)
+    assert not np.isin(lin, x).all()  # the linear statistic interpolates: the methods differ here
+
+
+def test_bootstrap_quantile_distribution_defaults_and_p_zero():
+    x = np.random.default_rng(13).normal(size=50)
+    assert bootstrap_quantile_distribution(x, 0.5).shape == (1000,)
+    lo = bootstrap_quantile_distribution(x, 0.0, n_resamples=300, seed=1)  # the resample minimum
+    assert np.isin(lo, x).all() and lo.min() >= x.min() and np.sum(lo == x.min()) > 300 * 0.5
+    with pytest.raises(ValueError, match=r"p must lie in \[0, 1\], got -0.1"):
+        bootstrap_quantile_distribution(x, -0.1)

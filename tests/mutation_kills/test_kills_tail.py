@@ -1,0 +1,52 @@
+"""Mutants of ``tolstat.estimators.tail`` that the other tests do not kill (numpy references)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tolstat
+from tolstat.estimators.tail import group_topk, topk_order_statistic_bound, upper_quantile
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("p", [0.9, 0.97, np.float64(0.97), 1.0])
+def test_upper_quantile_bit_for_bit_with_numpy_on_both_lerp_branches(dt, p):
+    # (n - 1) p = 32.4 uses numpy's a + (b - a) t branch; 34.92 its b - (b - a)(1 - t)
+    # branch, which differs from the first in the last bit for a few hundred of these rows
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((4000, 37)) * rng.uniform(0.1, 1e3, (4000, 1))).astype(dt)
+    top = -np.sort(-x, axis=1)[:, :8]
+    got = upper_quantile(top, 37, p)
+    ref = np.quantile(x, p, axis=1)
+    assert got.dtype == ref.dtype
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_upper_quantile_rejects_levels_outside_the_unit_interval():
+    top = np.array([[3.0, 2.0, 1.0]])
+    assert upper_quantile(top, 3, 1.0)[0] == 3.0
+    for p in (1.5, 2.0, -0.1):
+        with pytest.raises(ValueError, match=r"p must lie in \[0, 1\], got"):
+            upper_quantile(top, 3, p)
+
+
+def _topk():
+    rng = np.random.default_rng(0)
+    pairs = []
+    for _ in range(30):
+        e = rng.standard_normal(16)
+        pairs.append((e.astype(np.float32), e))
+    ds = tolstat.from_pairs(pairs, op="add", dtype="float32")
+    return ds, group_topk(ds, "max_abs", 5)
+
+
+def test_results_of_group_topk_carry_group_coordinates_not_the_rank():
+    ds, t = _topk()
+    assert "rank" in t.coords
+    q = upper_quantile(t, p=0.95)
+    assert set(q.coords) == {"op", "dtype", "hardware", "n"}
+    ref = np.quantile(np.asarray(ds["max_abs"].values, dtype=np.float64), 0.95)
+    assert float(q.values.ravel()[0]) == ref
+    b = topk_order_statistic_bound(t, p=0.9, confidence=0.5)
+    assert set(b.coords) == {"op", "dtype", "hardware", "n", "order_rank"}
