@@ -153,3 +153,54 @@ def test_bootstrap_quantile_distribution_defaults_and_p_zero():
     assert np.isin(lo, x).all() and lo.min() >= x.min() and np.sum(lo == x.min()) > 300 * 0.5
     with pytest.raises(ValueError, match=r"p must lie in \[0, 1\], got -0.1"):
         bootstrap_quantile_distribution(x, -0.1)
+
+
+# --------------------------------------------------------------------------- return-level bootstrap
+from scipy import special  # noqa: E402
+
+from tolstat.estimators.bootstrap import bootstrap_return_level_bound  # noqa: E402
+from tolstat.estimators.evt import gpd_return_level, pot_fit  # noqa: E402
+
+
+def _tail_sample():
+    return np.random.default_rng(24).exponential(1.0, 400)
+
+
+def test_return_level_bca_acceleration_is_the_exceedance_jackknife():
+    x = _tail_sample()
+    q, conf = 1e-4, 0.9
+    r = bootstrap_return_level_bound(x, q, n_resamples=200, method="bca", seed=2, confidence=conf)
+    fit = pot_fit(x, q)
+    k = int(fit["n_exceed"])
+    y = np.sort(x)[-k:] - fit["u"]
+    jack = []
+    for i in range(k):  # leave one exceedance out, threshold and rate fixed
+        f = gpd_fit_mle(np.delete(y, i), zs_start=True)
+        jack.append(gpd_return_level(fit["u"], f.sigma, f.xi, fit["zeta"], q))
+    d = np.mean(jack) - np.asarray(jack)
+    acc = np.sum(d**3) / (6.0 * np.sum(d**2) ** 1.5)
+    assert r.acceleration == pytest.approx(acc, rel=1e-6, abs=1e-12)
+    # the BCa level from z0 and a (Efron 1987), at the requested confidence
+    zc = special.ndtri(conf)
+    assert r.level == pytest.approx(special.ndtr(r.z0 + (r.z0 + zc) / (1 - acc * (r.z0 + zc))), rel=1e-9)
+    assert r.estimate == fit["return_level"] and r.method == "bca/parametric"
+    assert r.bound > r.estimate
+
+
+def test_return_level_defaults_and_nonparametric_resampling():
+    x = _tail_sample()
+    d = bootstrap_return_level_bound(x, 1e-4)
+    assert (d.n_resamples, d.method, d.confidence, d.seed) == (1000, "percentile/parametric", 0.95, 0)
+    npar = bootstrap_return_level_bound(x, 1e-4, n_resamples=100, resampling="nonparametric", seed=3)
+    assert npar.method == "percentile/nonparametric" and np.isfinite(npar.bound)
+    par = bootstrap_return_level_bound(x, 1e-4, n_resamples=100, seed=3)
+    assert npar.bound != par.bound and npar.estimate == par.estimate
+
+
+def test_return_level_standard_error_is_the_sample_sd_of_the_resamples():
+    # with B = 3 resamples, linear percentiles at 1/4, 1/2, 3/4 reveal all three values
+    x = _tail_sample()
+    qs = {c: bootstrap_return_level_bound(x, 1e-4, n_resamples=3, seed=9, confidence=c) for c in (0.25, 0.5, 0.75)}
+    t2 = qs[0.5].bound
+    tb = np.array([2 * qs[0.25].bound - t2, t2, 2 * qs[0.75].bound - t2])
+    assert qs[0.5].standard_error == pytest.approx(np.std(tb, ddof=1), rel=1e-9)
