@@ -204,3 +204,10 @@ def test_return_level_standard_error_is_the_sample_sd_of_the_resamples():
     t2 = qs[0.5].bound
     tb = np.array([2 * qs[0.25].bound - t2, t2, 2 * qs[0.75].bound - t2])
     assert qs[0.5].standard_error == pytest.approx(np.std(tb, ddof=1), rel=1e-9)
+
+
+def test_bootstrap_accepts_two_values():
+    r = bootstrap_quantile_bound([1.0, 3.0], 0.5, n_resamples=50, method="percentile", seed=1)
+    assert r.estimate == 2.0 and 1.0 <= r.bound <= 3.0
+    with pytest.raises(ValueError, match="at least 2 non-NaN values, got 1"):
+        bootstrap_quantile_bound([1.0, np.nan], 0.5)

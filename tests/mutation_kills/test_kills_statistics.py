@@ -110,3 +110,17 @@ def test_pair_op_statistics_passes_rowwise():
     rows = pair_op_statistics(out, ref, m, dtype="float16", magnitude=mag, K=32.0, rowwise=True)
     want = noise.record_statistics(out, ref, dtype="float16", magnitude=mag, K=32.0, rowwise=True)
     assert rows == want and rows != plain
+
+
+def test_max_score_elements_are_error_over_scale_and_zero_for_exact_elements():
+    from tolstat.scale import ScaleModel
+
+    model = ScaleModel(form="allclose", atol=0.5, rtol=0.25)
+    e = np.array([0.0, 2.0, 4.0, 1.0])
+    a = np.array([0.0, 3.0, 4.0, 2.0])  # errors 0, 1 (exactly), 0, 1
+    m = error_metrics(a, e)
+    s = 0.5 + 0.25 * np.abs(e)
+    np.testing.assert_array_equal(get("max_score").elements(m, model), np.where(a == e, 0.0, np.abs(a - e) / s))
+    assert get("max_score").value(m, model) == 1.0 / 0.75
+    with pytest.raises(ValueError, match="statistic 'max_score' needs a noise-scale model"):
+        get("max_score").elements(m)

@@ -50,3 +50,14 @@ def test_results_of_group_topk_carry_group_coordinates_not_the_rank():
     assert float(q.values.ravel()[0]) == ref
     b = topk_order_statistic_bound(t, p=0.9, confidence=0.5)
     assert set(b.coords) == {"op", "dtype", "hardware", "n", "order_rank"}
+
+
+def test_group_topk_of_samples_chunked_along_both_dims_equals_in_memory():
+    pytest.importorskip("dask")
+    ds, _ = _topk()
+    mem = group_topk(ds, "sample_abs", 7)
+    lazy = group_topk(ds.chunk({"run": 4, "sample": 5}), "sample_abs", 7)
+    np.testing.assert_array_equal(lazy.values, mem.values)
+    assert lazy["n"].dtype == np.int64 and int(lazy["n"].item()) == int(mem["n"].item())
+    ref = np.sort(ds["sample_abs"].values[~np.isnan(ds["sample_abs"].values)])[::-1][:7]
+    np.testing.assert_array_equal(mem.values.ravel(), ref)
