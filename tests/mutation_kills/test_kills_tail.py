@@ -61,3 +61,34 @@ def test_group_topk_of_samples_chunked_along_both_dims_equals_in_memory():
     assert lazy["n"].dtype == np.int64 and int(lazy["n"].item()) == int(mem["n"].item())
     ref = np.sort(ds["sample_abs"].values[~np.isnan(ds["sample_abs"].values)])[::-1][:7]
     np.testing.assert_array_equal(mem.values.ravel(), ref)
+
+
+def test_group_topk_name_and_attributes():
+    ds, t = _topk()
+    assert t.name == "max_abs"
+    assert t.attrs == {"statistic": "max_abs", "k": 5, "long_name": "top-5 of max_abs per group"}
+    anon = group_topk(ds, ds["max_abs"].rename(None), 3)
+    assert anon.name == "statistic" and anon.attrs["statistic"] == "statistic"
+    assert anon.attrs["long_name"] == "top-3 of statistic per group"
+
+
+def test_group_topk_of_a_statistic_with_run_not_first():
+    ds, _ = _topk()
+    a = group_topk(ds, "sample_abs", 6)
+    b = group_topk(ds, ds["sample_abs"].transpose("sample", "run"), 6)
+    np.testing.assert_array_equal(a.values, b.values)
+
+
+def test_group_topk_keeps_dask_input_blockwise(monkeypatch):
+    pytest.importorskip("dask")
+    from tolstat.estimators import tail
+
+    calls = []
+    real = tail._dask_topk
+    monkeypatch.setattr(tail, "_dask_topk", lambda *a, **k: calls.append(1) or real(*a, **k))
+    ds, t = _topk()
+    lazy = group_topk(ds.chunk({"run": 7}), "max_abs", 5)
+    assert calls == [1]  # the out-of-core merge tree, not an in-memory copy of the whole array
+    np.testing.assert_array_equal(lazy.values, t.values)
+    group_topk(ds, "max_abs", 5)
+    assert calls == [1]  # in-memory input: not through dask
