@@ -124,3 +124,14 @@ def test_max_score_elements_are_error_over_scale_and_zero_for_exact_elements():
     assert get("max_score").value(m, model) == 1.0 / 0.75
     with pytest.raises(ValueError, match="statistic 'max_score' needs a noise-scale model"):
         get("max_score").elements(m)
+
+
+def test_allowed_passes_the_dtype_and_defaults_to_the_metrics_dtype():
+    s = Statistic(name="t", kind="max", unit="-", description="-", needs=(),
+                  from_dataset=lambda ds, model=None: RunScores(np.zeros(1)),
+                  element_scores=lambda m, model, cov, dt: m.abs,
+                  allowance=lambda m, c, model, cov, dt: np.full(m.abs.shape, c * {"float16": 2.0, "float32": 3.0}[dt]))
+    m = error_metrics(np.array([1.0, 2.0], np.float32), np.array([1.0, 2.0]))
+    np.testing.assert_array_equal(s.allowed(m, 0.5), [1.5, 1.5])
+    np.testing.assert_array_equal(s.allowed(m, 0.5, dtype="float16"), [1.0, 1.0])
+    assert get("max_ulp").allowed(m, 0.5) is None  # no |d| form
