@@ -211,3 +211,14 @@ def test_bootstrap_accepts_two_values():
     assert r.estimate == 2.0 and 1.0 <= r.bound <= 3.0
     with pytest.raises(ValueError, match="at least 2 non-NaN values, got 1"):
         bootstrap_quantile_bound([1.0, np.nan], 0.5)
+
+
+def test_return_level_bootstrap_runs_with_two_exceedances_and_not_with_a_level_inside_the_data():
+    x = np.random.default_rng(1).exponential(size=20)
+    fit = pot_fit(x, 1e-3, tail_fraction=0.05, min_exceedances=2)
+    assert fit["n_exceed"] == 2
+    r = bootstrap_return_level_bound(x, 1e-3, n_resamples=50, tail_fraction=0.05, min_exceedances=2, seed=1)
+    assert np.isfinite(r.standard_error) and r.standard_error > 0 and r.bound != r.estimate
+    # q >= zeta: the level lies inside the data, nothing to bootstrap: bound = estimate
+    inside = bootstrap_return_level_bound(x, 0.2, n_resamples=50, tail_fraction=0.05, min_exceedances=2)
+    assert inside.bound == inside.estimate and np.isnan(inside.standard_error)
