@@ -222,3 +222,11 @@ def test_return_level_bootstrap_runs_with_two_exceedances_and_not_with_a_level_i
     # q >= zeta: the level lies inside the data, nothing to bootstrap: bound = estimate
     inside = bootstrap_return_level_bound(x, 0.2, n_resamples=50, tail_fraction=0.05, min_exceedances=2)
     assert inside.bound == inside.estimate and np.isnan(inside.standard_error)
+
+
+def test_nan_error_names_the_first_group_with_a_nan():
+    from tolstat.estimators.quantile import quantile_groups
+
+    x = np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [1.0, np.nan, 3.0], [np.nan, 1.0, 2.0]])
+    with pytest.raises(ValueError, match=r"input contains NaN \(first in group 2\)"):
+        quantile_groups(x, [0.5], nan_policy="raise")

@@ -54,3 +54,13 @@ def test_entry_with_a_statistic_the_fast_path_does_not_know_takes_the_general_pa
     assert fast_check(a, e, ent, None) is None
     r = tolstat.check(a, e, op="op", dtype="float32", table=t)
     assert r.passed and set(r.statistics) == {"max_abs", extra.name}
+
+
+def test_fast_pass_reports_the_certificate_guarantee():
+    g = _group("op", "float32", "*", 1.0)
+    g["certificate"] = {"guarantee": "PAC: for this test"}
+    t = _table([g])
+    a, e = np.array([1.0, 2.0], np.float32), np.array([1.0, 2.0])
+    fast = fast_check(a, e, t.entry("op", "float32"), None)
+    assert fast["passed"] and fast["guarantee"] == "PAC: for this test"
+    assert tolstat.check(a, e, op="op", dtype="float32", table=t).guarantee == "PAC: for this test"

@@ -135,3 +135,12 @@ def test_allowed_passes_the_dtype_and_defaults_to_the_metrics_dtype():
     np.testing.assert_array_equal(s.allowed(m, 0.5), [1.5, 1.5])
     np.testing.assert_array_equal(s.allowed(m, 0.5, dtype="float16"), [1.0, 1.0])
     assert get("max_ulp").allowed(m, 0.5) is None  # no |d| form
+
+
+def test_max_score_allclose_needs_a_model_and_scales_its_pair():
+    from tolstat.scale import ScaleModel
+
+    with pytest.raises(ValueError, match="statistic 'max_score' needs a noise-scale model"):
+        get("max_score").allclose_pair(2.0, "float32")
+    at, rt = get("max_score").allclose_pair(2.0, "float32", ScaleModel(form="allclose", atol=0.5, rtol=0.25))
+    assert (at, rt) == (1.0, 0.5)
