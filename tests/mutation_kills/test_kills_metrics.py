@@ -24,6 +24,10 @@ def test_conversion_errors_name_the_argument():
         error_metrics(np.array([1, 2]), np.array([1.0, 2.0]))
     with pytest.raises(TypeError, match="expected has integer/bool dtype"):
         error_metrics(np.array([1.0, 2.0]), np.array([1, 2]))
+    with pytest.raises(TypeError, match="actual has integer/bool dtype"):
+        ulp_distance(np.array([1, 2]), np.array([1.0, 2.0]), "float32")
+    with pytest.raises(TypeError, match="expected has integer/bool dtype"):
+        ulp_distance(np.array([1.0, 2.0]), np.array([1, 2]), "float32")
 
 
 @pytest.mark.parametrize("dt", ["bfloat16", "float8_e5m2"])
