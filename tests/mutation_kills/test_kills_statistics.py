@@ -144,3 +144,16 @@ def test_max_score_allclose_needs_a_model_and_scales_its_pair():
         get("max_score").allclose_pair(2.0, "float32")
     at, rt = get("max_score").allclose_pair(2.0, "float32", ScaleModel(form="allclose", atol=0.5, rtol=0.25))
     assert (at, rt) == (1.0, 0.5)
+
+
+def test_max_score_run_scores_name_the_missing_covariate_and_those_present():
+    from tolstat.scale import ScaleModel
+
+    rng = np.random.default_rng(0)
+    pairs = [(rng.standard_normal(8).astype(np.float32), rng.standard_normal(8), None, {}, {"K": 1.0, "M": 2.0})
+             for _ in range(3)]
+    ds = tolstat.from_pairs(pairs, op="x", dtype="float32", progress=False)
+    model = ScaleModel(form="allclose", atol=1e-7, linear={"N": 1.0})
+    with pytest.raises(ValueError, match=r"covariate 'N' is not in the dataset \(have \['ref_max_abs', 'ref_rms', "
+                                         r"'n_elements', 'K', 'M'\]\)"):
+        get("max_score").run_scores(ds, model)

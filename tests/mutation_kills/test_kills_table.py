@@ -18,3 +18,44 @@ def test_n_inexact_survives_a_json_round_trip(tmp_path):
     assert [x["n_inexact"] for x in d["groups"]] == [3, 0]
     back = tolstat.load_table(tmp_path / "t.json")
     assert back.data["n_inexact"].values.tolist() == [3, 0]
+
+
+import pytest  # noqa: E402
+
+from tolstat.metrics import as_array  # noqa: E402
+
+
+def _scaled(scale):
+    g = _group("op", "float32", "*", 2.0, statistic="max_score")
+    g["scale"] = scale
+    return _table([g], statistic="max_score")
+
+
+def test_entry_allclose_of_a_scale_model_uses_the_covariates():
+    t = _scaled({"form": "allclose", "atol": 0.5, "rtol": 0.25, "unit": 1e-3, "linear": {"K": 0.125},
+                 "power": {"N": [0.5, 4.0]}})
+    at, rt = t.entry("op", "float32").allclose({"K": 8.0, "N": 16.0})
+    mult = (16.0 / 4.0) ** 0.5  # power covariate: (N / reference) ** exponent
+    assert at == pytest.approx(2.0 * 1e-3 * (0.5 + 0.125 * 8.0) * mult, rel=1e-14)
+    assert rt == pytest.approx(2.0 * 1e-3 * 0.25 * mult, rel=1e-14)
+
+
+@pytest.mark.parametrize(("key", "value", "match"), [
+    ("unit", -1.0, "scale unit must be >= 0, got -1.0"),
+    ("floor", -0.5, "scale floor must be >= 0, got -0.5"),
+    ("atol", -0.5, "scale atol must be >= 0, got -0.5"),
+])
+def test_negative_scale_coefficients_are_rejected(key, value, match):
+    with pytest.raises(ValueError, match=match):
+        _scaled({"form": "allclose", "atol": 0.5, "rtol": 0.25, key: value})
+
+
+@pytest.mark.parametrize("bad", [[0.5], [0.5, 1.0, 2.0], 0.5])
+def test_scale_power_entries_must_be_exponent_and_reference(bad):
+    with pytest.raises(ValueError, match=r"scale power\['N'\] must be \[exponent, reference\]"):
+        _scaled({"form": "allclose", "atol": 0.5, "power": {"N": bad}})
+
+
+def test_as_array_default_name_in_its_error():
+    with pytest.raises(TypeError, match="^array: cannot convert list to an array"):
+        as_array([[1.0], [1.0, 2.0]])
