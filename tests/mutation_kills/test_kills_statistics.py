@@ -157,3 +157,19 @@ def test_max_score_run_scores_name_the_missing_covariate_and_those_present():
     with pytest.raises(ValueError, match=r"covariate 'N' is not in the dataset \(have \['ref_max_abs', 'ref_rms', "
                                          r"'n_elements', 'K', 'M'\]\)"):
         get("max_score").run_scores(ds, model)
+
+
+def test_max_score_run_scores_ignore_the_padding_of_smaller_runs():
+    from tolstat.scale import ScaleModel
+
+    rng = np.random.default_rng(2)
+    pairs = []
+    for size in (8, 4, 6):  # unequal runs: the smaller ones are NaN-padded in the sample
+        e = rng.standard_normal(size)
+        pairs.append(((e + rng.normal(0, 1e-3, size)).astype(np.float32), e))
+    ds = tolstat.from_pairs(pairs, op="x", dtype="float32", progress=False)
+    assert ds["n_sample"].values.tolist() == [8, 4, 6]
+    model = ScaleModel(form="allclose", atol=1e-4, rtol=1e-3)
+    scores, _ = get("max_score").run_scores(ds, model)
+    ref = [np.max(np.abs(a.astype(np.float64) - e) / (1e-4 + 1e-3 * np.abs(e))) for a, e in pairs]
+    np.testing.assert_allclose(scores, ref, rtol=1e-12, atol=0)
