@@ -230,3 +230,18 @@ def test_nan_error_names_the_first_group_with_a_nan():
     x = np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [1.0, np.nan, 3.0], [np.nan, 1.0, 2.0]])
     with pytest.raises(ValueError, match=r"input contains NaN \(first in group 2\)"):
         quantile_groups(x, [0.5], nan_policy="raise")
+
+
+def test_order_statistic_bound_per_group_of_a_2d_input():
+    from tolstat.estimators.orderstat import order_statistic_bound
+
+    rng = np.random.default_rng(8)
+    x = rng.exponential(size=(3, 120))
+    x[1, 100:] = np.nan  # a smaller group, NaN padded
+    bound, rank, n = order_statistic_bound(x, 0.9, 0.9)
+    assert n.tolist() == [120, 100, 120]
+    for g in range(3):
+        v = np.sort(x[g][~np.isnan(x[g])])
+        # smallest r with binom.cdf(r - 1, n, p) >= confidence
+        r = int(np.argmax(stats.binom.cdf(np.arange(v.size), v.size, 0.9) >= 0.9)) + 1
+        assert rank[g] == r and bound[g] == v[r - 1]
