@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import tolstat
 from tolstat.bounds import TailOptions
@@ -27,3 +28,39 @@ def test_select_passes_its_tail_options_to_each_group():
                             on_error="skip")
     reason = str(strict.data["reason"].values.ravel()[0])
     assert "500" in reason and not np.isfinite(float(strict.data["threshold"].values.ravel()[0]))
+
+
+def _rowsum_ds(n=60):
+    rng = np.random.default_rng(0)
+    pairs = []
+    for _ in range(n):
+        x = rng.standard_normal((8, 32))
+        a = x.astype(np.float16).sum(axis=1, dtype=np.float16).astype(np.float16)
+        pairs.append((a, x.sum(axis=1), np.abs(x).sum(axis=1)))
+    return tolstat.from_pairs(pairs, op="rowsum", dtype="float16", progress=False)
+
+
+def test_operator_select_passes_pooling_and_on_error():
+    ds = _rowsum_ds()  # 60 runs: too few for budget 0.01 (299 units) in one group
+    pooled = tolstat.select(ds, fp_budget=0.01, on_error="skip")
+    reason = str(pooled.data["reason"].values.ravel()[0])
+    assert "its pool has 1 group(s) < min_pool" in reason and "pooling is off" not in reason
+    unpooled = tolstat.select(ds, fp_budget=0.01, on_error="skip", pooling=False)
+    assert str(unpooled.data["reason"].values.ravel()[0]).endswith("pooling is off")
+    with pytest.raises(tolstat.NotEnoughData, match="calibration units < 299 needed"):
+        tolstat.select(ds, fp_budget=0.01)
+
+
+def test_calibrate_budget_floor_and_labels_in_messages():
+    from tolstat import _validate
+    from tolstat.selection import calibrate
+
+    x = np.random.default_rng(1).exponential(size=400)
+    with pytest.raises(ValueError, match="budget must be a probability"):
+        calibrate(x, _validate.MIN_BUDGET / 8.5, 0.95)
+    with pytest.raises(ValueError, match=r"^group \(a\): 1 calibration score\(s\) are NaN"):
+        calibrate(np.append(x, np.nan), 0.01, 0.95, label="(a)")
+    c = calibrate(x, 0.01, 0.95, method="conformal", label="(b)")
+    assert c.method == "conformal"
+    with pytest.raises(tolstat.NotEnoughData, match=r"^group \(b\): "):
+        calibrate(x[:50], 0.01, 0.95, method="conformal", label="(b)")
