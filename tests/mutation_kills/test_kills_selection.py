@@ -64,3 +64,19 @@ def test_calibrate_budget_floor_and_labels_in_messages():
     assert c.method == "conformal"
     with pytest.raises(tolstat.NotEnoughData, match=r"^group \(b\): "):
         calibrate(x[:50], 0.01, 0.95, method="conformal", label="(b)")
+
+
+def test_select_provenance_records_the_version_and_settings():
+    t = tolstat.select(_ds(n=300), fp_budget=0.05, form=None, seed=3)
+    prov = t.meta["provenance"]
+    assert prov["tolstat_version"] == tolstat.__version__ and prov["function"] == "tolstat.select"
+    assert prov["settings"]["seed"] == 3 and prov["n_runs"] == 300
+
+
+def test_operator_select_uses_the_seed_to_split_fit_and_calibration_units():
+    ds = _rowsum_ds(n=150)  # budget 0.05: 59 calibration units are enough
+    c = [tolstat.select(ds, fp_budget=0.05, seed=s).entry("rowsum", "float16").certificate for s in (0, 1)]
+    assert c[0]["n_fit"] == c[1]["n_fit"] and c[0]["n_cal"] == c[1]["n_cal"]
+    assert c[0]["normalisers"] != c[1]["normalisers"]  # other units fitted the normalisers
+    again = tolstat.select(ds, fp_budget=0.05, seed=1).entry("rowsum", "float16").certificate
+    assert again["normalisers"] == c[1]["normalisers"]  # and the same seed gives the same split
