@@ -245,3 +245,12 @@ def test_order_statistic_bound_per_group_of_a_2d_input():
         # smallest r with binom.cdf(r - 1, n, p) >= confidence
         r = int(np.argmax(stats.binom.cdf(np.arange(v.size), v.size, 0.9) >= 0.9)) + 1
         assert rank[g] == r and bound[g] == v[r - 1]
+
+
+def test_order_statistic_rank_names_p_in_its_error():
+    from tolstat.estimators.orderstat import order_statistic_rank
+
+    with pytest.raises(ValueError, match="^p must lie strictly between 0 and 1, got 1.5"):
+        order_statistic_rank(100, 1.5, 0.9)
+    with pytest.raises(ValueError, match="^confidence must lie strictly between 0 and 1, got 0"):
+        order_statistic_rank(100, 0.5, 0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -71,6 +73,19 @@ def test_select_provenance_records_the_version_and_settings():
     prov = t.meta["provenance"]
     assert prov["tolstat_version"] == tolstat.__version__ and prov["function"] == "tolstat.select"
     assert prov["settings"]["seed"] == 3 and prov["n_runs"] == 300
+    assert prov["settings"]["statistic"] == ["max_abs"]
+    ds = _ds(n=300)
+    assert prov["errors_provenance"] == json.loads(ds.attrs["provenance"]) and prov["errors_provenance"]
+
+
+def test_two_statistics_split_the_budget_by_the_union_bound_only():
+    ds = _ds(n=300)
+    t = tolstat.select(ds, fp_budget=0.05, form=None, statistic=["max_abs", "bias"])
+    assert {k: v.budget for k, v in t.entry("add", "float32").statistics.items()} == {"max_abs": 0.025, "bias": 0.025}
+    assert t.meta["provenance"]["settings"]["statistic"] == ["max_abs", "bias"]
+    # the statistics of one run are not independent: a Sidak split is refused
+    with pytest.raises(ValueError, match="'sidak' is not a union bound"):
+        tolstat.select(ds, fp_budget=0.05, form=None, statistic=["max_abs", "bias"], budget_split="sidak")
 
 
 def test_operator_select_uses_the_seed_to_split_fit_and_calibration_units():
