@@ -254,3 +254,32 @@ def test_order_statistic_rank_names_p_in_its_error():
         order_statistic_rank(100, 1.5, 0.9)
     with pytest.raises(ValueError, match="^confidence must lie strictly between 0 and 1, got 0"):
         order_statistic_rank(100, 0.5, 0)
+
+
+def test_pot_fit_of_a_large_sample_takes_the_radix_path_and_matches_the_definition():
+    from tolstat.estimators.evt import _POT_RADIX_MIN_N
+
+    n = _POT_RADIX_MIN_N + 4464  # 70000 >= the radix-selection size
+    x = np.random.default_rng(1).exponential(size=n)
+    f = pot_fit(x, 1e-6)
+    xs = np.sort(x)
+    k = max(30, int(np.ceil(0.1 * n)))  # the documented tail size; u is the largest value below it
+    u = xs[n - k - 1]
+    y = xs[xs > u] - u
+    g = gpd_fit_mle(y, zs_start=False)  # more than 2000 exceedances: no Zhang-Stephens start
+    assert f["u"] == u and f["n_exceed"] == y.size and f["zeta"] == y.size / n
+    # the same likelihood maximised over differently ordered sums: equal to the optimiser's tolerance
+    assert f["sigma"] == pytest.approx(g.sigma, rel=1e-8) and f["xi"] == pytest.approx(g.xi, abs=1e-8)
+    assert f["return_level"] == pytest.approx(gpd_return_level(u, g.sigma, g.xi, y.size / n, 1e-6), rel=1e-8)
+
+
+def test_pot_fit_groups_of_no_groups_and_of_integer_values():
+    from tolstat.estimators.evt import pot_fit_groups
+
+    params, n = pot_fit_groups(np.zeros((0, 50)), 1e-3)
+    assert params.shape == (0, 8) and n.shape == (0,)
+    x = np.random.default_rng(0).integers(0, 100, (2, 200))
+    pi, ni = pot_fit_groups(x, 1e-3)
+    pf, nf = pot_fit_groups(x.astype(np.float64), 1e-3)
+    np.testing.assert_array_equal(pi, pf)
+    np.testing.assert_array_equal(ni, nf)

@@ -59,3 +59,16 @@ def test_scale_power_entries_must_be_exponent_and_reference(bad):
 def test_as_array_default_name_in_its_error():
     with pytest.raises(TypeError, match="^array: cannot convert list to an array"):
         as_array([[1.0], [1.0, 2.0]])
+
+
+def test_a_group_without_a_listed_statistic_is_rejected():
+    g = _group("op", "float32", "*", 1.0)  # has max_abs only
+    with pytest.raises(ValueError, match=r"table group 0 \(op, float32, \*\) has no entry for statistic 'bias'"):
+        _table([g], extra=("bias",))
+
+
+def test_tail_parameters_are_kept_per_statistic():
+    tail = {"u": 1.0, "sigma": 2.0, "xi": 0.125, "zeta": 0.05, "gof_p": 0.5}
+    t = _table([_group("op", "float32", "*", 3.0, tail=tail)])
+    got = t.entry("op", "float32").statistics["max_abs"].tail
+    assert {k: got[k] for k in tail} == tail
