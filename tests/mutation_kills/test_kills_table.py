@@ -72,3 +72,11 @@ def test_tail_parameters_are_kept_per_statistic():
     t = _table([_group("op", "float32", "*", 3.0, tail=tail)])
     got = t.entry("op", "float32").statistics["max_abs"].tail
     assert {k: got[k] for k in tail} == tail
+
+
+def test_table_dataset_layout_is_the_documented_one():
+    t = _table([_group("op", "float32", "*", 3.0, top=(3.0, 2.0)), _group("op2", "float16", "*", 1.0)])
+    assert dict(t.data.sizes)["group"] == 2 and "statistic" in t.data.dims and "rank" in t.data.dims
+    assert t.data["threshold"].dims == ("group", "statistic")
+    assert t.data["top_scores"].dims == ("group", "statistic", "rank")
+    assert t.data["op"].dims == ("group",) and t.data["n"].dims == ("group",)
