@@ -80,3 +80,28 @@ def test_table_dataset_layout_is_the_documented_one():
     assert t.data["threshold"].dims == ("group", "statistic")
     assert t.data["top_scores"].dims == ("group", "statistic", "rank")
     assert t.data["op"].dims == ("group",) and t.data["n"].dims == ("group",)
+
+
+def test_invalid_table_data_names_the_source_and_the_field():
+    t = _table([_group("op", "float32", "*", 1.0)])
+    bad = t.data.copy()
+    bad.attrs["confidence"] = 2.0
+    with pytest.raises(ValueError, match=r"^invalid tolerance table 'x\.nc': confidence must lie strictly between"):
+        tolstat.ToleranceTable(bad, source="x.nc")
+    with pytest.raises(ValueError, match=r"^invalid tolerance table: confidence must lie"):
+        tolstat.ToleranceTable(bad)
+    ctl = t.data.assign_coords(op=("group", ["a\tb"]))
+    with pytest.raises(ValueError, match=r"op 'a\\tb' contains the control character"):
+        tolstat.ToleranceTable(ctl)
+
+
+def test_table_metadata_defaults_and_sorted_json():
+    g = _group("op", "float32", "*", 1.0, statistic="max_score")
+    g["scale"] = {"rtol": 0.25, "form": "allclose", "atol": 0.5}  # keys not in order
+    meta = {"fp_budget": 0.01, "confidence": 0.95, "statistics": ["max_score"], "budget_split": "sidak",
+            "provenance": {"z": 1, "a": 2}}
+    t = tolstat.ToleranceTable.from_groups([g], meta)
+    assert t.data.attrs["tolstat_version"] == tolstat.__version__
+    assert t.meta["budget_split"] == "sidak"
+    assert str(t.data["scale_json"].values[0]) == json.dumps(g["scale"], sort_keys=True)
+    assert t.data.attrs["provenance"] == json.dumps(meta["provenance"], sort_keys=True)
