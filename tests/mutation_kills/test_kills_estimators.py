@@ -283,3 +283,14 @@ def test_pot_fit_groups_of_no_groups_and_of_integer_values():
     pf, nf = pot_fit_groups(x.astype(np.float64), 1e-3)
     np.testing.assert_array_equal(pi, pf)
     np.testing.assert_array_equal(ni, nf)
+
+
+def test_order_statistic_min_n_names_its_arguments_and_handles_n_one():
+    from tolstat.estimators.orderstat import order_statistic_min_n
+
+    with pytest.raises(ValueError, match="^p must lie strictly between 0 and 1, got 1.5"):
+        order_statistic_min_n(1.5, 0.9)
+    with pytest.raises(ValueError, match="^confidence must lie strictly between 0 and 1, got 1"):
+        order_statistic_min_n(0.5, 1)
+    assert order_statistic_min_n(0.1, 0.5) == 1  # 1 - 0.1 >= 0.5: one run suffices
+    assert (order_statistic_min_n(0.95, 0.95), order_statistic_min_n(0.99, 0.95)) == (59, 299)
