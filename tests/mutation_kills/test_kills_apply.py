@@ -74,3 +74,15 @@ def test_gev_block_maxima_same_through_dask():
     eager = fit(ds, method="gev", block_size=2, q=0.05)
     lazy = fit(ds, method="gev", block_size=2, q=0.05, chunks={"op": 1}).compute()
     np.testing.assert_array_equal(lazy["threshold"].values, eager["threshold"].values)
+
+
+def test_gpd_fit_of_an_absent_group_has_zero_exceedances():
+    rng = np.random.default_rng(6)
+    ds = make_errors({("a", "float32", "cpu"): rng.exponential(size=80),
+                      ("b", "float16", "cpu"): rng.exponential(size=80)})
+    out = fit(ds, method="gpd", q=1e-3)
+    absent = out.sel(op="a", dtype="float16", hardware="cpu")
+    assert not bool(absent["present"]) and int(absent["n_exceed"]) == 0 and np.isnan(float(absent["threshold"]))
+    present = out.sel(op="a", dtype="float32", hardware="cpu")
+    assert int(present["n_exceed"]) == 30  # max(30, ceil(0.1 * 80)) largest values exceed u
+    assert out["n_exceed"].dtype == np.int64

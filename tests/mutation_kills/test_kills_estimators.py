@@ -294,3 +294,12 @@ def test_order_statistic_min_n_names_its_arguments_and_handles_n_one():
         order_statistic_min_n(0.5, 1)
     assert order_statistic_min_n(0.1, 0.5) == 1  # 1 - 0.1 >= 0.5: one run suffices
     assert (order_statistic_min_n(0.95, 0.95), order_statistic_min_n(0.99, 0.95)) == (59, 299)
+
+
+def test_quantiles_of_integer_values_are_numpy_quantiles():
+    from tolstat.estimators.quantile import quantile_groups
+
+    x = np.array([[3, 1, 2, 5, 8], [10, 0, 7, 7, 1]])
+    q, n = quantile_groups(x, [0.3, 0.5, 0.9])
+    np.testing.assert_array_equal(q, np.quantile(x.astype(np.float64), [0.3, 0.5, 0.9], axis=1).T)
+    assert q.dtype == np.float64 and n.tolist() == [5, 5]
