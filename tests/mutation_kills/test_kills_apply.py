@@ -86,3 +86,9 @@ def test_gpd_fit_of_an_absent_group_has_zero_exceedances():
     present = out.sel(op="a", dtype="float32", hardware="cpu")
     assert int(present["n_exceed"]) == 30  # max(30, ceil(0.1 * 80)) largest values exceed u
     assert out["n_exceed"].dtype == np.int64
+
+
+def test_group_values_present_is_named():
+    ds = make_errors({("a", "float32", "cpu"): [0.5, 0.25]})
+    da, present = group_values(ds, "max_abs")
+    assert da.name == "max_abs" and present.name == "present" and present.dims == ("op", "dtype", "hardware")

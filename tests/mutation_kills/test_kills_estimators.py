@@ -55,7 +55,7 @@ def _zhang_stephens_reference(x):
     return khat / bhat, -khat
 
 
-@pytest.mark.parametrize(("n", "c", "seed"), [(2, 0.2, 0), (3, -0.3, 1), (9, 0.5, 2), (50, 0.1, 3), (403, -0.2, 4)])
+@pytest.mark.parametrize(("n", "c", "seed"), [(2, 0.2, 0), (3, -0.3, 1), (9, 0.5, 2), (50, 0.1, 3), (403, -0.2, 4), (5000, 0.1, 4)])
 def test_zhang_stephens_matches_the_published_estimator(n, c, seed):
     rng = np.random.default_rng(seed)
     y = stats.genpareto.rvs(c, scale=1.5, size=n, random_state=rng)

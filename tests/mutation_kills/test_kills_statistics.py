@@ -173,3 +173,13 @@ def test_max_score_run_scores_ignore_the_padding_of_smaller_runs():
     scores, _ = get("max_score").run_scores(ds, model)
     ref = [np.max(np.abs(a.astype(np.float64) - e) / (1e-4 + 1e-3 * np.abs(e))) for a, e in pairs]
     np.testing.assert_allclose(scores, ref, rtol=1e-12, atol=0)
+
+
+def test_plain_run_scores_factory():
+    # the registry builds its from_dataset callables at import; this calls the factory itself
+    from tolstat.statistics import _plain_run
+
+    ds = tolstat.from_pairs(_pairs(), op="add", dtype="float32", progress=False)
+    scores, n_inexact = _plain_run("max_abs")(ds)
+    np.testing.assert_array_equal(scores, ds["max_abs"].values.astype(np.float64))
+    assert n_inexact == 0 and scores.dtype == np.float64
