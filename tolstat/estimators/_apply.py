@@ -349,11 +349,26 @@ def _fit_gpd(ctx: _FitContext) -> _Fitted:
     return data_vars, {}
 
 
+def _block_maxima(values: xr.DataArray, bs: int) -> xr.DataArray:
+    """Maxima of consecutive blocks of ``bs`` runs per group; an incomplete last block is dropped.
+
+    A group shorter than the longest is NaN-padded in ``values``: its last, partial block
+    (fewer than ``bs`` runs) is not a block maximum and becomes NaN like the padding.
+    """
+    # coarsen reductions skip NaN by default (newer xarray rejects skipna= there)
+    out = values.coarsen(obs=bs, boundary="trim").max()
+    valid = ~np.isnan(np.asarray(values.values))
+    obs = valid.shape[-1]
+    length = np.where(valid.any(axis=-1), obs - np.argmax(valid[..., ::-1], axis=-1), 0)
+    complete = np.arange(out.sizes["obs"]) < (length // bs)[..., None]
+    return out.where(xr.DataArray(complete, dims=out.dims))
+
+
 def _fit_gev(ctx: _FitContext) -> _Fitted:
     bs = int(ctx.settings["block_size"])
     if bs < 1:
         raise ValueError("block_size must be >= 1")
-    da = ctx.da.coarsen(obs=bs, boundary="trim").max(skipna=True) if bs > 1 else ctx.da
+    da = _block_maxima(ctx.da, bs) if bs > 1 else ctx.da
     nb = _n_valid(np.asarray(da.values))
     small = ctx.present.values & (nb < 3)
     if small.any():

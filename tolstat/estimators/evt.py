@@ -104,6 +104,11 @@ def _gpd_ll(y, k, sigma, xi):
     if sigma <= 0.0:
         return -np.inf
     s = 0.0
+    if xi == -1.0:  # uniform on [0, sigma]: density 1/sigma up to and including the endpoint
+        for i in range(k):
+            if y[i] > sigma:
+                return -np.inf
+        return -k * math.log(sigma)
     if abs(xi) < _XI_ZERO:
         for i in range(k):
             s += y[i]
