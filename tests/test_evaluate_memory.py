@@ -37,7 +37,7 @@ def test_calibration_dataset_equals_concat_of_parts():
              for op in OPS for dt in cfg.dtypes]
     new = calibration_dataset(cfg, progress=False)
     _same(new, _union_covariates(parts))
-    assert tolstat.validate(new) is not None
+    assert tolstat.validate(new, deep=True) is new  # raises if the concatenation is not a valid dataset
 
 
 def test_heldout_datasets_equal_concat_of_parts():
