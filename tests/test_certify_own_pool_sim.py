@@ -102,13 +102,17 @@ def test_own_pool_keeps_the_promise_per_group(family):
 
 @pytest.mark.slow
 def test_own_pool_refuses_or_protects_a_heavier_tailed_group():
-    """A group whose positive statistics have a heavier tail than the others' (squared): it
-    is refused by the exchangeability test, or its threshold still keeps the budget."""
+    """A group whose positive statistics have a heavier tail than the others' (squared): the
+    tail test refuses it in most calibrations, and the procedure as a whole (refusal, or a
+    threshold that keeps the budget) hands it a budget-breaking threshold in at most
+    ``1 - confidence`` of calibrations (plus two Monte-Carlo standard errors). Given that it
+    was accepted, the violation rate is higher: the promise of a pooled group rests on a
+    test, not a proof."""
     repeats = 40
     heavy = GROUPS - 1
     viol, got = _run("half-normal", repeats, heavy=heavy, seed=1)
-    n = max(int(got[:, heavy].sum()), 1)
-    assert viol[:, heavy].sum() / n <= (1 - CONFIDENCE) + 2 * np.sqrt(CONFIDENCE * (1 - CONFIDENCE) / repeats)
+    assert got[:, heavy].mean() <= 0.5  # mostly refused
+    assert viol[:, heavy].mean() <= (1 - CONFIDENCE) + 2 * np.sqrt(CONFIDENCE * (1 - CONFIDENCE) / repeats)
 
 
 def test_own_pool_threshold_uses_the_group_share_of_exact_runs():
