@@ -35,7 +35,8 @@ tests fail or time out, and *equivalent* mutants (listed with the reason why no 
 tell them from the original in ``benchmarks/mutation_equivalent.json``) are excluded.
 Mutants no test executes ("no tests") and survivors count against the score.
 
-Writes ``benchmarks/results/mutation.json`` and ``benchmarks/results/mutation.md``.
+Writes ``benchmarks/results/mutation.json`` and ``benchmarks/results/mutation.md``
+(``mutation_TAG.{json,md}`` with ``--tag TAG``, e.g. for a held-out sample).
 """
 
 from __future__ import annotations
@@ -255,9 +256,10 @@ def write(rows: dict, status: dict[str, str], equivalent: dict[str, str], surviv
         "equivalent": {n: equivalent[n] for n in sorted(equivalent) if n in status},
         "equivalent_listed_but_not_generated": sorted(n for n in equivalent if n not in status),
     }
-    tmp = RESULTS / f".mutation.json.{os.getpid()}.tmp"
+    stem = "mutation" + (f"_{args.tag}" if args.tag else "")
+    tmp = RESULTS / f".{stem}.json.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, RESULTS / "mutation.json")
+    os.replace(tmp, RESULTS / f"{stem}.json")
 
     tot = rows["TOTAL"]
     md = ["# Mutation testing of the core", "",
@@ -304,9 +306,9 @@ def write(rows: dict, status: dict[str, str], equivalent: dict[str, str], surviv
                 md += ["  ```diff"] + [f"  {ln}" for ln in d.splitlines()] + ["  ```"]
     else:
         md.append("(none)")
-    tmp = RESULTS / f".mutation.md.{os.getpid()}.tmp"
+    tmp = RESULTS / f".{stem}.md.{os.getpid()}.tmp"
     tmp.write_text("\n".join(md) + "\n", encoding="utf-8")
-    os.replace(tmp, RESULTS / "mutation.md")
+    os.replace(tmp, RESULTS / f"{stem}.md")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -321,8 +323,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rerun", action="store_true",
                     help="with --sample: re-run killed sampled mutants too (by default only those without "
                          "a verdict and those not killed are run)")
+    ap.add_argument("--tag", default="", metavar="TAG",
+                    help="write benchmarks/results/mutation_TAG.{md,json} instead of mutation.{md,json}")
     ap.add_argument("names", nargs="*", help="mutant name globs, e.g. 'tolstat.checks.*' (re-runs those)")
     args = ap.parse_args(argv)
+    if args.tag and not all(ch.isalnum() or ch in "_-" for ch in args.tag):
+        ap.error(f"--tag must be letters, digits, '_' or '-', got {args.tag!r}")
     if args.sample < 0:
         ap.error(f"--sample must be >= 0, got {args.sample}")
     if args.sample and args.names:
@@ -364,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     if sample is not None:
         print(f"\nSAMPLE ESTIMATE: {rows['TOTAL'].get('mutants', 0)} of {rows['TOTAL']['population']} mutants run "
               f"(up to {args.sample} per module, seed {args.seed}); not a full run")
-    print(f"\n{len(surv)} surviving mutants (listed with diffs in {RESULTS / 'mutation.md'}):")
+    stem = "mutation" + (f"_{args.tag}" if args.tag else "")
+    print(f"\n{len(surv)} surviving mutants (listed with diffs in {RESULTS / (stem + '.md')}):")
     for n in surv:
         print(f"  {n} ({status[n]})")
     if wall is not None:
