@@ -622,3 +622,12 @@ def test_plugin_bad_record_path_fails_at_start(pytester, tmp_path, path, match):
     res = pytester.runpytest(*_plugin_args(), f"--tolstat-record={path.format(d=tmp_path)}")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert match in res.stderr.str()
+
+
+def test_tail_options_min_exceedances_below_two_named():
+    """A tail fit needs two exceedances: TailOptions says so itself, naming the field."""
+    from tolstat.bounds import TailOptions
+
+    with pytest.raises(ValueError, match=r"TailOptions\.min_exceedances must be >= 2.*got 1"):
+        TailOptions(min_exceedances=1)
+    assert TailOptions(min_exceedances=2).min_exceedances == 2

@@ -63,7 +63,7 @@ class TailOptions:
     tail_fraction : float, default 0.1
         Fraction of the runs in the tail (threshold rule of the GPD fit).
     min_exceedances : int, default 30
-        Fewest exceedances of the tail threshold.
+        Fewest exceedances of the tail threshold (at least 2).
     bound : {"conservative", "bootstrap"}, default "conservative"
         Upper bound of the GPD return level (see :func:`tail_threshold`).
     """
@@ -82,6 +82,9 @@ class TailOptions:
             v = getattr(self, name)
             if int(v) != v or v < 1:
                 raise ValueError(f"TailOptions.{name} must be a positive integer, got {v!r}")
+        if self.min_exceedances < 2:
+            raise ValueError(f"TailOptions.min_exceedances must be >= 2 (a tail fit needs two exceedances), "
+                             f"got {self.min_exceedances!r}")
         if not self.max_extrapolation >= 1:
             raise ValueError(f"TailOptions.max_extrapolation must be >= 1, got {self.max_extrapolation!r}")
         _unit("TailOptions.tail_fraction", self.tail_fraction)
