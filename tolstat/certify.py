@@ -984,6 +984,16 @@ def _own_positive_scores(ctx: _Ctx, members: list[str], level: float) -> dict[st
     return out
 
 
+def _pool_members(scores: Mapping[str, np.ndarray], members: list[str], test: Any, min_test_units: int,
+                  pool_alpha: float) -> tuple[dict[str, float], list[str]]:
+    """Holm-adjusted p-values of ``test(member's scores, rest of the pool)`` for the members
+    with at least ``min_test_units`` scores, and the members not rejected at ``pool_alpha``."""
+    testable = [gn for gn in members if scores[gn].size >= min_test_units]
+    raw_p = np.array([test(scores[gn], np.concatenate([scores[h] for h in members if h != gn])) for gn in testable])
+    adj = dict(zip(testable, _holm(raw_p)))
+    return adj, [gn for gn in members if gn in adj and adj[gn] > pool_alpha]
+
+
 def _pool_own(ctx: _Ctx, members: list[str], need_here: list[str], *, min_pool: int, min_test_units: int,
               pool_alpha: float) -> None:
     """Pooled thresholds of a pool of different operators (``pool_normalisers="own"``).
@@ -1004,11 +1014,7 @@ def _pool_own(ctx: _Ctx, members: list[str], need_here: list[str], *, min_pool: 
     a, g = ctx.a, ctx.g
     third = (1.0 - g) / 3.0
     scores = _own_positive_scores(ctx, members, 1.0 - third)
-    testable = [gn for gn in members if scores[gn].size >= min_test_units]
-    raw_p = np.array([_pool_p_shape(scores[gn], np.concatenate([scores[h] for h in members if h != gn]))
-                      for gn in testable])
-    adj = dict(zip(testable, _holm(raw_p)))
-    ok = [gn for gn in members if gn in adj and adj[gn] > pool_alpha]
+    adj, ok = _pool_members(scores, members, _pool_p_shape, min_test_units, pool_alpha)
     pooled = np.sort(np.concatenate([scores[gn] for gn in ok])) if ok else np.empty(0)
     for s in need_here:
         d = ctx.info[s]
@@ -1056,18 +1062,14 @@ def _pool(ctx: _Ctx, members: list[str], need_here: list[str], *, min_fit: int, 
                        f"confidence {g:g}, and its pool has {len(members)} group(s) < min_pool = {min_pool}",
                        ctx.need(ctx.info[s]))
         return
-    names_union = tuple(n_ for n_ in ctx.names if any(n_ in ctx.info[gn]["names"] for gn in members))
-    cols = [ctx.names.index(n_) for n_ in names_union]
     if own:
         _pool_own(ctx, members, need_here, min_pool=min_pool, min_test_units=min_test_units, pool_alpha=pool_alpha)
         return
+    names_union = tuple(n_ for n_ in ctx.names if any(n_ in ctx.info[gn]["names"] for gn in members))
+    cols = [ctx.names.index(n_) for n_ in names_union]
     kfit = _pool_fit_sizes([ctx.info[gn]["units"].n for gn in members], len(cols), min_fit, nmin)
     qP, scores, ncal = _pool_scores(ctx, members, cols, names_union, kfit)
-    testable = [gn for gn in members if scores[gn].size >= min_test_units]
-    raw_p = np.array([_pool_p(scores[gn], np.concatenate([scores[h] for h in members if h != gn]))
-                      for gn in testable])
-    adj = dict(zip(testable, _holm(raw_p)))
-    ok = [gn for gn in members if gn in adj and adj[gn] > pool_alpha]
+    adj, ok = _pool_members(scores, members, _pool_p, min_test_units, pool_alpha)
     pooled = np.concatenate([scores[gn] for gn in ok]) if ok else np.empty(0)
     for s in need_here:
         if _pool_refusal(ctx, s, adj, pooled, ok, min_pool, min_test_units, pool_alpha):
