@@ -48,7 +48,7 @@ def bench_bca(res, quick):
     ours, r = timeit(f, 7)
     stat = lambda a, axis: np.quantile(a, 0.999, axis=axis)
     if quick:
-        ref = 43.1  # ANCHORS.md
+        ref = 43.1  # scipy.stats.bootstrap BCa, recorded from a full run (--quick does not re-time it)
         ref_bound = float("nan")
     else:
         ref, s = timeit(lambda: stats.bootstrap((x,), stat, n_resamples=1000, method="BCa",
