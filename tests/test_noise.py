@@ -412,3 +412,26 @@ def test_bias_statistics_are_zero_for_a_correctly_rounded_output():
     assert st_up["op_bias"] == pytest.approx(st_up["op_sbias"])
     assert record_statistics(one_ulp_up, ref, dtype="float16")["op_sbias"] == pytest.approx(st_up["op_sbias"],
                                                                                            rel=1e-9)
+
+
+def test_silu_magnitude_covers_float32_exp_overflow():
+    """A correct float32 silu returns -0 for x < -88.7 (exp(-x) overflows), where the exact
+    value is a bfloat16 number of size |x| e^x: the corpus magnitude's range term keeps those
+    elements within the noise scale, as |ref| alone does not (z about 2**8 there)."""
+    from tolstat.corpus import _magnitude
+    from tolstat.corpus._pointwise import silu_exp, silu_exp2, silu_sigmoid_mul
+
+    x = np.concatenate([np.linspace(-120.0, -80.0, 401), np.linspace(-8.0, 8.0, 101)]).astype(ml_dtypes.bfloat16)
+    x64 = x.astype(np.float64)
+    ref = x64 / (1.0 + np.exp(-x64))
+    m = _magnitude._silu(x64)
+    tiny32 = float(np.finfo(np.float32).tiny)
+    assert np.all(m >= np.abs(ref) * (1 - 1e-12)) and np.all(m * 2.0**-24 >= np.abs(x64) * tiny32 * (1 - 1e-12))
+    flushed = 0
+    for kernel in (silu_exp, silu_exp2, silu_sigmoid_mul):
+        out = kernel(x)
+        flushed += int(np.sum((out.astype(np.float64) == 0) & (ref != 0)))
+        assert run_statistics(out, ref, dtype="bfloat16", magnitude=m)["op_max"] <= 1.0, kernel.__name__
+    assert flushed > 0  # the range term is exercised
+    old = run_statistics(silu_exp(x), ref, dtype="bfloat16", magnitude=np.abs(ref))["op_max"]
+    assert old > 100.0

@@ -17,7 +17,10 @@ magnitudes are computed, like the references, on the inputs as rounded to the dt
   terms; ``K = N``).
 * attention: ``P @ |V|`` with ``P`` the exact attention probabilities.
 * gelu: ``0.5 |x| (1 + |erf(x / sqrt 2)|)`` (the cancellation in ``1 + erf`` for
-  negative ``x``); silu: ``|ref|``.
+  negative ``x``); silu: ``max(|ref|, |x| tiny_f32 / u_f32)``: ``|ref|``, plus the range
+  of the float32 computation (``exp(-x)`` overflows for ``x < -88.7``, so a correct
+  kernel returns -0 where the exact value, below ``|x| tiny_f32``, is still a bfloat16
+  number).
 """
 
 from __future__ import annotations
@@ -87,12 +90,19 @@ def _attention(q, k, v, causal):
     return np.matmul(p / p.sum(-1, keepdims=True), np.abs(v))
 
 
+_TINY32 = float(np.finfo(np.float32).tiny)  # smallest positive normal float32
+_U32 = 2.0 ** -24  # unit roundoff of float32
+
+
 def _gelu(x):
     return 0.5 * np.abs(x) * (1.0 + np.abs(special.erf(x / np.sqrt(2.0))))
 
 
 def _silu(x):
-    return np.abs(x * special.expit(x))
+    # float32 computes exp(-x), which overflows for x < -88.7 (sigmoid -> 0): a correct
+    # float32 silu then returns -0 where the exact value, below |x| tiny_f32, is still a
+    # bfloat16 number. The range term |x| tiny_f32 / u_f32 makes s_i >= |x| tiny_f32 there.
+    return np.maximum(np.abs(x * special.expit(x)), np.abs(x) * (_TINY32 / _U32))
 
 
 #: op -> magnitude function of the float64 inputs (same arguments as the reference)
