@@ -155,3 +155,44 @@ def test_kernel_protocol_calibrates_each_variant_on_its_own_runs():
         np.testing.assert_allclose(c_k.score.sel(method="study").values[sel], want, rtol=1e-12)
     with pytest.raises(ValueError, match="protocol must be one of"):
         EvalConfig(protocol="variant")
+
+
+def test_partly_calibrated_method_is_measured_on_its_covered_checks(tmp_path):
+    """A method that refuses some groups is left out of the comparison, and measured on the
+    checks of the groups it covers: the same flags as the full method on those checks."""
+    from tolstat.comparison import Fitted, StudyRule
+    from tolstat.evaluate import partial_table
+    from tolstat.report import markdown_report
+
+    class Float16Only(StudyRule):
+        def fit(self, train, *, budget, confidence, by):
+            f = super().fit(train, budget=budget, confidence=confidence, by=by)
+            thr = {k: (v if k[1] == "float16" else float("nan")) for k, v in f.thresholds.items()}
+            reasons = {k: "refused for the test" for k in thr if k[1] != "float16"}
+
+            def score(ds):
+                s = f.score(ds)
+                return np.where(np.asarray(ds["dtype"].values).astype(str) == "float16", s, np.nan)
+
+            return Fitted(thr, reasons, score)
+
+    r = evaluate(EvalConfig.preset("tiny", ops=["gelu"]), progress=False,
+                 methods=[StudyRule("study"), Float16Only("study f16")])
+    assert [m.name for m in r.methods] == ["study"]
+    assert "1 of 2 groups refused" in r.skipped["study f16"]
+    (row,) = r.partial
+    c = r.checks
+    f16 = (c.dtype == "float16").values
+    ctrl, det = (c.kind == "control").values, (c.kind == "bug").values & c.detectable.values
+    flag = c.score.values[:, [str(m) for m in c["method"].values].index("study")] > 1
+    assert (row["groups"], row["groups_refused"]) == (2, 1)
+    assert row["n_control"] == int((ctrl & f16).sum()) and row["uncovered_controls"] == int((ctrl & ~f16).sum())
+    assert row["fp"] == int((flag & ctrl & f16).sum())
+    assert row["n_detectable"] == int((det & f16).sum()) and row["uncovered_detectable"] == int((det & ~f16).sum())
+    assert row["caught_detectable"] == int((flag & det & f16).sum())
+    assert row["n_detectable"] > 0 and row["uncovered_controls"] > 0
+    assert "study f16" in partial_table(r) and "1/2" in partial_table(r)
+    doc = json.loads(r.to_json(tmp_path / "results.json").read_text())
+    assert doc["partial"][0]["method"] == "study f16"
+    md = markdown_report(doc, [])
+    assert "Partly calibrated" in md and "| study f16 | 1/2 |" in md and "## Not compared" in md

@@ -74,7 +74,7 @@ def _cmd_summary(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from .evaluate import EvalConfig, evaluate, per_bug_table, per_category_table, write_outputs
+    from .evaluate import EvalConfig, evaluate, partial_table, per_bug_table, per_category_table, write_outputs
 
     cfg = EvalConfig.preset("quick" if args.quick else "default", n_cal=args.n_cal,
                             n_test=args.n_test, fp_budget=args.fp_budget,
@@ -93,6 +93,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if res.skipped:
         print("\nnot compared (could not keep the budget with these calibration runs; see above): "
               + ", ".join(res.skipped))
+    if res.partial:
+        print("\npartly calibrated: measured only on the checks of the groups that got a threshold "
+              "(not comparable with the table above)")
+        print(partial_table(res))
     if args.per_bug:
         print()
         print(per_bug_table(res))

@@ -480,6 +480,12 @@ class EvalResult:
     skipped : dict
         Methods that could not be calibrated (too few runs for the budget) and why;
         they are left out of the comparison.
+    partial : list of dict
+        The skipped methods that got thresholds for some groups, measured on the checks
+        of those groups only (:func:`partial_table`): refused and covered groups, false
+        positives, detectable recall (all and per category) on the covered checks, and
+        the checks left without a threshold. Not comparable with ``summary``, whose
+        methods are measured on every check.
     thresholds : dict
         ``{method: {(op, dtype): threshold}}`` of the methods whose thresholds are of
         the run's max absolute error (``Rule.unit == "max_abs"``; for plots).
@@ -495,6 +501,7 @@ class EvalResult:
     per_op: list[dict[str, Any]] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     thresholds: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
+    partial: list[dict[str, Any]] = field(default_factory=list)
 
     def budget_of(self, method: Rule) -> float | None:
         """The false-positive budget ``method`` promises (None for rules that promise none)."""
@@ -535,6 +542,7 @@ class EvalResult:
             "per_bug": self.per_bug,
             "per_op": self.per_op,
             "skipped_methods": self.skipped,
+            "partial": self.partial,
             "counts": {"controls": int((self.checks.kind == "control").sum()),
                        "buggy": int((self.checks.kind == "bug").sum())},
         }
@@ -607,11 +615,12 @@ def _evaluate(cfg: EvalConfig, methods: Sequence[Any] | None, progress: bool | N
     cal = calibration_dataset(cfg, progress=progress)
     # each held-out (op, dtype) is scored as it is made: its samples are then dropped
     outcomes, controls, bugs = _fit_and_score(rules, cal, cfg, progress)
-    rules, scores, thresholds, skipped = _score_methods(rules, outcomes, cfg)
+    rules, scores, thresholds, skipped, part = _score_methods(rules, outcomes, cfg)
     checks = _checks_dataset(controls, bugs, scores, rules)
     summary, per_bug, per_op = _summaries(checks, rules, cfg.fp_budget)
+    partial = [_partial_summary(checks, name, col, refused, groups) for name, (col, refused, groups) in part.items()]
     return EvalResult(cfg, checks, summary, cal, rules, time.perf_counter() - t0, per_bug, per_op, skipped,
-                      thresholds)
+                      thresholds, partial)
 
 
 def _kernel_groups(ds: xr.Dataset) -> xr.Dataset:
@@ -624,22 +633,28 @@ def _kernel_groups(ds: xr.Dataset) -> xr.Dataset:
 
 
 def _score_methods(rules: Sequence[Rule], outcomes: Sequence[FoldOutcome], cfg: EvalConfig
-                   ) -> tuple[list[Rule], np.ndarray, dict[str, dict[tuple[str, str], float]], dict[str, str]]:
+                   ) -> tuple[list[Rule], np.ndarray, dict[str, dict[tuple[str, str], float]], dict[str, str],
+                              dict[str, tuple[np.ndarray, int, int]]]:
     """The scores of the held-out checks (controls, then bugs) of each rule calibrated on
     the calibration dataset (``outcomes``, from :func:`_fit_and_score`).
 
     A rule that cannot be calibrated for every (op, dtype) is skipped (loudly, with the
-    reason), as it cannot be compared on every check.
+    reason), as it cannot be compared on every check. A skipped rule that refused only
+    some groups is returned in the last item, ``{name: (scores, refused, groups)}``
+    (NaN scores where its group has no threshold), to be measured on the checks it covers.
     """
     kept: list[Rule] = []
     cols: list[np.ndarray] = []
     thresholds: dict[str, dict[tuple[str, str], float]] = {}
     skipped: dict[str, str] = {}
+    partial: dict[str, tuple[np.ndarray, int, int]] = {}
     for rule, out in zip(rules, outcomes):
         col = np.concatenate([out.ratios, out.buggy_ratios])
         why = out.error or next(iter(out.reasons.values()), "")
         if out.reasons and not out.error:
             why = f"{len(out.reasons)} of {len(out.thresholds)} groups refused, e.g. {why}"
+            if len(out.reasons) < len(out.thresholds) and not np.isnan(col).all():
+                partial[rule.name] = (col, len(out.reasons), len(out.thresholds))
         if not why and np.isnan(col).any():
             why = f"no threshold for {int(np.isnan(col).sum())} of {col.size} test checks"
         if why:
@@ -652,7 +667,48 @@ def _score_methods(rules: Sequence[Rule], outcomes: Sequence[FoldOutcome], cfg: 
             thresholds[rule.name] = {(op, dt): t for (op, dt, _), t in out.thresholds.items()}
     if not kept:
         raise ValueError("no method could be calibrated: " + "; ".join(skipped.values()))
-    return kept, np.column_stack(cols), thresholds, skipped
+    return kept, np.column_stack(cols), thresholds, skipped, partial
+
+
+def _partial_summary(checks: xr.Dataset, name: str, col: np.ndarray, refused: int, groups: int) -> dict[str, Any]:
+    """One row of :attr:`EvalResult.partial`: ``name`` measured on the checks its thresholds cover."""
+    covered = ~np.isnan(col)
+    flagged = col > 1.0  # NaN compares False
+    ctrl = (checks.kind == "control").values
+    det = (checks.kind == "bug").values & np.asarray(checks.detectable.values, dtype=bool)
+    cat = np.asarray(checks.category.values).astype(str)
+    nc, nd = int((ctrl & covered).sum()), int((det & covered).sum())
+    fp, caught = int((flagged & ctrl).sum()), int((flagged & det).sum())
+    per_cat = {}
+    for c in sorted(set(cat[det].tolist())):
+        sel = det & covered & (cat == c)
+        per_cat[c] = float(flagged[sel].mean()) if sel.any() else float("nan")
+    return {
+        "method": name, "groups": groups, "groups_refused": refused,
+        "n_control": nc, "fp": fp, "fp_rate": fp / nc if nc else float("nan"), "fp_rate_ub95": _cp_upper(fp, nc),
+        "n_detectable": nd, "caught_detectable": caught,
+        "recall_detectable": caught / nd if nd else float("nan"),
+        "recall_detectable_per_category": per_cat,
+        "uncovered_controls": int((ctrl & ~covered).sum()), "uncovered_detectable": int((det & ~covered).sum()),
+    }
+
+
+def partial_table(result: EvalResult) -> str:
+    """The partly calibrated methods (:attr:`EvalResult.partial`) as text: each measured on
+    the checks of the groups it has thresholds for, so not comparable with :meth:`EvalResult.table`."""
+    cats = sorted({c for r in result.partial for c in r["recall_detectable_per_category"]})
+    rows = [("method", "groups refused", "recall(detectable, covered)", *cats, "FP (covered)", "FP rate",
+             "FP 95% UB", "checks without threshold")]
+    for r in result.partial:
+        pc = r["recall_detectable_per_category"]
+        rows.append((
+            r["method"], f"{r['groups_refused']}/{r['groups']}",
+            f"{r['caught_detectable']}/{r['n_detectable']} ({100 * r['recall_detectable']:.1f}%)",
+            *(f"{100 * pc[c]:.1f}%" if c in pc and pc[c] == pc[c] else "-" for c in cats),
+            f"{r['fp']}/{r['n_control']}", f"{100 * r['fp_rate']:.2f}%", f"{100 * r['fp_rate_ub95']:.2f}%",
+            f"{r['uncovered_controls']} controls, {r['uncovered_detectable']} detectable",
+        ))
+    return _fmt_rows(rows)
 
 
 #: labels of a test check, in the order of the checks dataset: {check label: dataset label}

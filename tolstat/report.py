@@ -59,6 +59,19 @@ def markdown_report(doc: dict[str, Any], plots: list[str]) -> str:
                         [[o["op"], *(f"{100 * o[n + ' recall']:.0f}% / {o[n + ' fp']}" for n in names)]
                          for o in doc["per_op"]]),
               ""]
+    if doc.get("skipped_methods"):
+        lines += ["## Not compared", "",
+                  _md_table(["method", "why"], [[k, v] for k, v in doc["skipped_methods"].items()]), ""]
+    if doc.get("partial"):
+        lines += ["Partly calibrated: measured only on the checks of the groups that got a threshold "
+                  "(not comparable with the tables above).", "",
+                  _md_table(["method", "groups refused", "recall (detectable, covered)", "FP (covered, 95% UB)",
+                             "checks without threshold"],
+                            [[r["method"], f"{r['groups_refused']}/{r['groups']}",
+                              f"{r['caught_detectable']}/{r['n_detectable']} ({100 * r['recall_detectable']:.1f}%)",
+                              f"{r['fp']}/{r['n_control']} ({100 * r['fp_rate_ub95']:.2f}%)",
+                              f"{r['uncovered_controls']} controls, {r['uncovered_detectable']} detectable"]
+                             for r in doc["partial"]]), ""]
     for p in plots:
         lines += [f"![{p}]({p})", ""]
     return "\n".join(lines)
