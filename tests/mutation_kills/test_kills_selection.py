@@ -69,12 +69,12 @@ def test_calibrate_budget_floor_and_labels_in_messages():
 
 
 def test_select_provenance_records_the_version_and_settings():
-    t = tolstat.select(_ds(n=300), fp_budget=0.05, form=None, seed=3)
+    ds = _ds(n=300)  # one dataset: its provenance carries a creation time
+    t = tolstat.select(ds, fp_budget=0.05, form=None, seed=3)
     prov = t.meta["provenance"]
     assert prov["tolstat_version"] == tolstat.__version__ and prov["function"] == "tolstat.select"
     assert prov["settings"]["seed"] == 3 and prov["n_runs"] == 300
     assert prov["settings"]["statistic"] == ["max_abs"]
-    ds = _ds(n=300)
     assert prov["errors_provenance"] == json.loads(ds.attrs["provenance"]) and prov["errors_provenance"]
 
 
