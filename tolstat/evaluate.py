@@ -28,6 +28,7 @@ Protocol
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import time
@@ -567,6 +568,11 @@ def _fmt_rows(rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+def _pct(x: float, digits: int) -> str:
+    """``x`` as a percentage, ``-`` for NaN (nothing to measure)."""
+    return "-" if math.isnan(x) else f"{100 * x:.{digits}f}%"
+
+
 def _cp_upper(k: int, n: int, level: float = 0.95) -> float:
     """One-sided Clopper-Pearson upper bound of a binomial proportion."""
     if n == 0:
@@ -703,9 +709,9 @@ def partial_table(result: EvalResult) -> str:
         pc = r["recall_detectable_per_category"]
         rows.append((
             r["method"], f"{r['groups_refused']}/{r['groups']}",
-            f"{r['caught_detectable']}/{r['n_detectable']} ({100 * r['recall_detectable']:.1f}%)",
-            *(f"{100 * pc[c]:.1f}%" if c in pc and pc[c] == pc[c] else "-" for c in cats),
-            f"{r['fp']}/{r['n_control']}", f"{100 * r['fp_rate']:.2f}%", f"{100 * r['fp_rate_ub95']:.2f}%",
+            f"{r['caught_detectable']}/{r['n_detectable']} ({_pct(r['recall_detectable'], 1)})",
+            *(_pct(pc.get(c, math.nan), 1) for c in cats),
+            f"{r['fp']}/{r['n_control']}", _pct(r["fp_rate"], 2), _pct(r["fp_rate_ub95"], 2),
             f"{r['uncovered_controls']} controls, {r['uncovered_detectable']} detectable",
         ))
     return _fmt_rows(rows)

@@ -18,6 +18,11 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+def _pct(x: Any, digits: int) -> str:
+    """``x`` as a percentage, ``-`` for NaN or None (nothing measured)."""
+    return "-" if x is None or x != x else f"{100 * x:.{digits}f}%"
+
+
 def markdown_report(doc: dict[str, Any], plots: list[str]) -> str:
     """Render the JSON written by ``tolstat evaluate`` as Markdown."""
     cfg = doc["config"]
@@ -68,8 +73,8 @@ def markdown_report(doc: dict[str, Any], plots: list[str]) -> str:
                   _md_table(["method", "groups refused", "recall (detectable, covered)", "FP (covered, 95% UB)",
                              "checks without threshold"],
                             [[r["method"], f"{r['groups_refused']}/{r['groups']}",
-                              f"{r['caught_detectable']}/{r['n_detectable']} ({100 * r['recall_detectable']:.1f}%)",
-                              f"{r['fp']}/{r['n_control']} ({100 * r['fp_rate_ub95']:.2f}%)",
+                              f"{r['caught_detectable']}/{r['n_detectable']} ({_pct(r['recall_detectable'], 1)})",
+                              f"{r['fp']}/{r['n_control']} ({_pct(r['fp_rate_ub95'], 2)})",
                               f"{r['uncovered_controls']} controls, {r['uncovered_detectable']} detectable"]
                              for r in doc["partial"]]), ""]
     for p in plots:
