@@ -125,3 +125,73 @@ def test_json_layout_reads_numbers_written_as_strings(tmp_path):
     g = _group("op", "float32", "*", 0.5, top=("1.5", 0.5), tail={"u": "nan", "xi": "-inf"})
     st = _table([g]).entry("op", "float32").statistics["max_abs"]
     assert st.top.tolist() == [1.5, 0.5] and np.isnan(st.tail["u"]) and st.tail["xi"] == -np.inf
+
+
+def test_assert_close_kwargs_skip_only_the_unsupported_groups():
+    g = _group("b", "float32", "*", 0.5, statistic="max_score")
+    g["scale"] = {"form": "size_aware", "atol": 0.5, "rtol": 0.25, "power": {"K": [0.5, 4.0]}}
+    h = _group("c", "float32", "*", 2.0, statistic="max_score")
+    h["scale"] = {"form": "allclose", "atol": 0.5, "rtol": 0.25}
+    t = _table([g, h], statistic="max_score")  # b needs the covariate K, c does not
+    assert t.to_assert_close_kwargs() == {("c", "float32"): {"atol": 1.0, "rtol": 0.5}}
+    with pytest.raises(ValueError, match=r"the scale model needs the run covariate 'K'"):
+        t.to_assert_close_kwargs(skip_unsupported=False)
+
+
+def test_assert_close_kwargs_pass_the_hardware_policy():
+    t = _table([_group("mm", "float32", "gpuA", 0.5), _group("mm", "float32", "gpuB", 0.25)])
+    assert t.to_assert_close_kwargs("gpuC", hardware_policy="pooled") == {("mm", "float32"): {"atol": 0.5,
+                                                                                            "rtol": 0.0}}
+    assert t.to_assert_close_kwargs("gpuC") == {}  # no policy: gpuC is not in the table
+
+
+def test_to_netcdf_round_trip(tmp_path):
+    g = _group("op", "float32", "gpu", 0.5, top=(0.5, 0.25), tail={"u": 0.1, "sigma": 0.2, "xi": 0.0,
+                                                                  "zeta": 0.1, "gof_p": 0.5})
+    t = _table([g, _group("op", "float16", "gpu", 2.0)])
+    p = tmp_path / "t.nc"
+    assert t.to_netcdf(p) == p
+    back = load_table(p)
+    assert back.groups == t.groups and back.to_dict()["groups"] == t.to_dict()["groups"]
+    assert back.entry("op", "float32", "gpu").fallback == "exact"
+
+
+def test_json_round_trip_keeps_tail_parameters(tmp_path):
+    tail = {"u": 0.1, "sigma": 0.2, "xi": -0.25, "zeta": 0.1, "gof_p": 0.5}
+    t = _table([_group("op", "float32", "*", 0.5, tail=tail)])
+    t.to_json(tmp_path / "t.json")
+    assert json.loads((tmp_path / "t.json").read_text())["groups"][0]["statistics"]["max_abs"]["tail"] == tail
+    assert load_table(tmp_path / "t.json").entry("op", "float32").statistics["max_abs"].tail == tail
+
+
+def test_volatile_block_joins_a_provenance_that_is_not_an_object(tmp_path):
+    d = json.loads(_table([_group("op", "float32", "*", 0.5)]).to_json())
+    d["provenance"] = "written by hand"
+    d["volatile"] = {"provenance.created": "2026-01-01"}
+    (tmp_path / "t.json").write_text(json.dumps(d))
+    assert load_table(tmp_path / "t.json").meta["provenance"] == {"volatile": {"provenance.created": "2026-01-01"}}
+
+
+def test_table_data_with_zero_calibration_runs_is_refused():
+    t = _table([_group("op", "float32", "*", 0.5), _group("op2", "float32", "*", 0.5)])
+    bad = t.data.assign(n=("group", np.array([400, 0])))
+    with pytest.raises(ValueError, match=r"'n' \(calibration runs\) must be integers >= 1, got \[400, 0\]"):
+        ToleranceTable(bad)
+
+
+def test_repr_of_exactly_twenty_groups_has_no_more_line():
+    lines = repr(_table([_group(f"op{i:02d}", "float32", "*", 1.0) for i in range(20)])).splitlines()
+    assert len(lines) == 21 and lines[-1] == "  op19 / float32 / *: n=400: max_abs=1 (order_statistic)"
+
+
+def test_table_needs_a_non_empty_statistics_list():
+    with pytest.raises(ValueError, match=r"table 'statistics' must be a non-empty list of names, got \[\]"):
+        ToleranceTable.from_groups([_group("op", "float32", "*", 0.5)],
+                                   {"fp_budget": 0.01, "confidence": 0.95, "statistics": []})
+
+
+def test_json_object_without_schema_key_is_not_a_table(tmp_path):
+    p = tmp_path / "t.json"
+    p.write_text('{"groups": []}')
+    with pytest.raises(ValueError, match=r"is not a tolstat tolerance table \(no 'tolstat_table' key\)"):
+        load_table(p)
