@@ -18,7 +18,7 @@ from scipy import stats
 import tolstat
 from estimators_helpers import make_errors
 from tolstat.bounds import TailOptions, split_budget, tail_fit
-from tolstat.estimators import fit
+from tolstat.estimators import fit, group_values
 from tolstat.estimators.bootstrap import bootstrap_quantile_bound, bootstrap_return_level_bound
 from tolstat.estimators.evt import pot_fit
 
@@ -187,3 +187,19 @@ def test_bootstrap_fit_of_the_return_level_passes_its_seed():
     ref = bootstrap_return_level_bound(x, 1e-4, n_resamples=200, seed=11, method="percentile")
     assert float(out["threshold"].item()) == ref.bound
     assert ref.bound != bootstrap_return_level_bound(x, 1e-4, n_resamples=200, seed=0, method="percentile").bound
+
+
+def test_group_values_of_float32_samples_are_float64():
+    ds = make_errors({("a", "float32", "cpu"): [0.5, 0.25, 0.125]}, sample_size=2)  # no NaN padding
+    ds["sample_abs"] = ds["sample_abs"].astype(np.float32)
+    da, present = group_values(ds, "sample_abs")
+    assert da.dtype == np.float64 and bool(present.all())
+    np.testing.assert_array_equal(da.values.ravel(), ds["sample_abs"].values.astype(np.float64).ravel())
+
+
+def test_fit_output_marks_present_groups():
+    rng = np.random.default_rng(14)
+    ds = make_errors({("a", "float32", "cpu"): rng.exponential(size=300), ("b", "float16", "cpu"): rng.exponential(size=300)})
+    out = fit(ds, method="order_statistic", p=0.99)
+    assert out["present"].dtype == bool and out["present"].dims == ("op", "dtype", "hardware")
+    assert out["present"].sel(hardware="cpu").values.tolist() == [[False, True], [True, False]]  # dtype: float16, float32
