@@ -251,6 +251,7 @@ def write(rows: dict, status: dict[str, str], equivalent: dict[str, str], surviv
         "kind": (f"stratified random sample: up to {args.sample} mutants per module, seed {args.seed}"
                  if args.sample else "all generated mutants (cached verdicts of earlier runs included)"),
         "wall_seconds_last_run": None if wall is None else round(wall, 1),
+        "note": args.note or None,
         "scores": rows,
         "survivors": {n: {"status": status[n], "diff": survivors_diff.get(n, "")} for n in survivors},
         "equivalent": {n: equivalent[n] for n in sorted(equivalent) if n in status},
@@ -266,6 +267,8 @@ def write(rows: dict, status: dict[str, str], equivalent: dict[str, str], surviv
           f"Measured with {doc['tool']} by `{doc['command']}` (see `docs/testing.md`).",
           "Score = killed / (mutants run - equivalent); survivors and mutants no test executes",
           "('no tests') count against it; mutants that time out count as killed.", ""]
+    if args.note:
+        md += [f"**Note.** {args.note}", ""]
     if args.sample:
         md += [f"**Sample estimate, not a full run**: a seeded stratified random sample of up to "
                f"{args.sample} mutants per module (seed {args.seed}): {tot.get('mutants', 0)} mutants run "
@@ -325,6 +328,9 @@ def main(argv: list[str] | None = None) -> int:
                          "a verdict and those not killed are run)")
     ap.add_argument("--tag", default="", metavar="TAG",
                     help="write benchmarks/results/mutation_TAG.{md,json} instead of mutation.{md,json}")
+    ap.add_argument("--note", default="", metavar="TEXT",
+                    help="a sentence written at the top of the results (e.g. that a held-out sample has "
+                         "since been tuned: tests were written against its survivors)")
     ap.add_argument("names", nargs="*", help="mutant name globs, e.g. 'tolstat.checks.*' (re-runs those)")
     args = ap.parse_args(argv)
     if args.tag and not all(ch.isalnum() or ch in "_-" for ch in args.tag):

@@ -1,0 +1,197 @@
+"""``tolstat.table``: layout, export, lookup and validation details (mutants of further samples).
+
+References are the documented layout and lookup rules (``docs/selection.md``, the
+``ToleranceTable`` docstring) and hand-built groups whose every value is known.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from table_helpers import group as _group, table as _table
+from tolstat.table import ToleranceTable, check_table_data, load_table
+
+
+def _bare_stat(threshold):
+    """A statistic entry with only the required keys (no tail, no top_scores)."""
+    return {"threshold": threshold, "estimate": threshold, "budget": 0.01, "confidence": 0.95,
+            "method": "order_statistic", "reason": "r"}
+
+
+def test_group_without_tail_and_top_scores_is_a_valid_table():
+    g = {"op": "op", "dtype": "float32", "hardware": "*", "n": 400, "statistics": {"max_abs": _bare_stat(0.5)}}
+    t = ToleranceTable.from_groups([g], {"fp_budget": 0.01, "confidence": 0.95, "statistics": ["max_abs"]})
+    st = t.entry("op", "float32").statistics["max_abs"]
+    assert st.threshold == 0.5 and st.top.size == 0
+    assert all(np.isnan(v) for v in st.tail.values()) and sorted(st.tail) == sorted(("u", "sigma", "xi", "zeta",
+                                                                                       "gof_p"))
+    assert t.data.sizes["rank"] == 1  # no scores: one NaN column
+
+
+def test_repr_lists_twenty_groups_and_counts_the_rest():
+    t = _table([_group(f"op{i:02d}", "float32", "*", float(i)) for i in range(23)])
+    lines = repr(t).splitlines()
+    assert lines[0] == ("<ToleranceTable: 23 groups, fp_budget=0.01, confidence=0.95, form=None, "
+                        "statistics=['max_abs']>")
+    assert len(lines) == 1 + 20 + 1
+    assert lines[1] == "  op00 / float32 / *: n=400: max_abs=0 (order_statistic)"
+    assert lines[20] == "  op19 / float32 / *: n=400: max_abs=19 (order_statistic)"
+    assert lines[-1] == "  ... 3 more"
+
+
+def test_invalid_scale_json_in_table_data_is_named():
+    t = _table([_group("op", "float32", "*", 1.0)])
+    bad = t.data.copy()
+    bad["scale_json"] = ("group", np.array(["{not json"]))
+    with pytest.raises(ValueError, match=r"group \('op', 'float32', '\*'\): scale model is not valid JSON "
+                                         r"\(JSONDecodeError\)"):
+        ToleranceTable(bad)
+    bad["scale_json"] = ("group", np.array(['["a list"]']))
+    with pytest.raises(ValueError, match=r"scale model must be an object with a 'form'"):
+        ToleranceTable(bad)
+
+
+def test_duplicate_groups_in_table_data_are_listed():
+    t = _table([_group("a", "float16", "cpu", 1.0), _group("b", "float16", "cpu", 2.0)])
+    dup = t.data.assign_coords(op=("group", np.array(["a", "a"])))
+    with pytest.raises(ValueError, match=r"duplicate \(op, dtype, hardware\) groups \[\('a', 'float16', 'cpu'\)\]"):
+        check_table_data(dup)
+
+
+def test_only_hardware_fallback_is_labelled():
+    t = _table([_group("a", "float16", "gpuA", 1.0), _group("*", "float16", "gpuB", 2.0)])
+    e = t.entry("a", "float16")  # no hardware asked: the only one of (a, float16)
+    assert (e.hardware, e.fallback, e.requested_hardware) == ("gpuA", "only hardware", None)
+    d = t.entry("b", "float16")  # op b not calibrated: the default op's only hardware
+    assert (d.op, d.hardware, d.fallback) == ("*", "gpuB", "default op, only hardware")
+
+
+def test_table_form_attribute_and_meta():
+    g = _group("op", "float32", "*", 1.0)
+    t = ToleranceTable.from_groups([g], {"fp_budget": 0.01, "confidence": 0.95, "statistics": ["max_abs"],
+                                         "form": "auto"})
+    assert t.data.attrs["form"] == "auto" and t.meta["form"] == "auto"
+    assert _table([g]).meta["form"] is None  # no form: stored as "" and read back as None
+
+
+def test_to_dict_keeps_the_scale_model_and_round_trips(tmp_path):
+    g = _group("op", "float32", "*", 2.0, statistic="max_score", top=(2.0, 1.5))
+    g["scale"] = {"form": "allclose", "atol": 0.5, "rtol": 0.25}
+    h = _group("op2", "float32", "*", 3.0, statistic="max_score")
+    h["scale"] = {"form": "allclose", "atol": 1.0, "rtol": 0.0}
+    t = _table([g, h], statistic="max_score")
+    d = t.to_dict()
+    assert [x["scale"] for x in d["groups"]] == [g["scale"], h["scale"]]
+    assert d["groups"][0]["statistics"]["max_score"]["top_scores"] == [2.0, 1.5]
+    assert d["groups"][0]["hardware"] == "*" and d["groups"][0]["statistics"]["max_score"]["reason"] == "test"
+    t.to_json(tmp_path / "t.json")
+    back = load_table(tmp_path / "t.json")
+    assert back.entry("op", "float32").allclose() == (2.0 * 0.5, 2.0 * 0.25)
+    assert back.entry("op2", "float32").allclose() == (3.0, 0.0)
+    assert back.to_dict()["groups"] == d["groups"]
+    assert json.loads(t.to_json())["groups"][1]["scale"] == h["scale"]
+
+
+def test_assert_close_kwargs_follow_the_hardware_asked_for():
+    t = _table([_group("mm", "float32", "gpuA", 0.5), _group("mm", "float32", "gpuB", 0.25)])
+    assert t.to_assert_close_kwargs(hardware="gpuA") == {("mm", "float32"): {"atol": 0.5, "rtol": 0.0}}
+    assert t.to_assert_close_kwargs(hardware="gpuB") == {("mm", "float32"): {"atol": 0.25, "rtol": 0.0}}
+    # no hardware on a table with several: no entry (skipped), or the lookup's KeyError
+    assert t.to_assert_close_kwargs() == {}
+    with pytest.raises(KeyError, match=r"calibrated on several hardware \['gpuA', 'gpuB'\]"):
+        t.to_assert_close_kwargs(skip_unsupported=False)
+
+
+def test_entry_with_a_hardware_policy_matches_the_dtype():
+    t = _table([_group("mm", "float32", "gpuA", 0.5), _group("mm", "float16", "gpuA", 4.0),
+                _group("mm", "float16", "gpuB", 8.0)])
+    e = t.entry("mm", np.float16, "gpuC", hardware_policy="pooled")  # loosest float16 hardware
+    assert (e.dtype, e.hardware, e.statistics["max_abs"].threshold) == ("float16", "gpuB", 8.0)
+    assert e.fallback == "pooled: loosest calibrated hardware 'gpuB' of 2 (this machine 'gpuC' is not calibrated)"
+    e = t.entry("mm", "float32", "gpuC", hardware_policy="nearest")
+    assert (e.hardware, e.statistics["max_abs"].threshold, e.requested_hardware) == ("gpuA", 0.5, "gpuC")
+    with pytest.raises(KeyError, match=r"hardware_policy='exact': the table has this \(op, dtype\) for hardware "
+                                       r"\['gpuA', 'gpuB'\]"):
+        t.entry("mm", "float16", "gpuC", hardware_policy="exact")
+
+
+def test_json_layout_reads_numbers_written_as_strings(tmp_path):
+    g = _group("op", "float32", "*", "inf")  # non-finite thresholds are refused
+    with pytest.raises(ValueError, match=r"threshold must be a finite number >= 0, got inf"):
+        _table([g])
+    g = _group("op", "float32", "*", 0.5, top=("1.5", 0.5), tail={"u": "nan", "xi": "-inf"})
+    st = _table([g]).entry("op", "float32").statistics["max_abs"]
+    assert st.top.tolist() == [1.5, 0.5] and np.isnan(st.tail["u"]) and st.tail["xi"] == -np.inf
+
+
+def test_assert_close_kwargs_skip_only_the_unsupported_groups():
+    g = _group("b", "float32", "*", 0.5, statistic="max_score")
+    g["scale"] = {"form": "size_aware", "atol": 0.5, "rtol": 0.25, "power": {"K": [0.5, 4.0]}}
+    h = _group("c", "float32", "*", 2.0, statistic="max_score")
+    h["scale"] = {"form": "allclose", "atol": 0.5, "rtol": 0.25}
+    t = _table([g, h], statistic="max_score")  # b needs the covariate K, c does not
+    assert t.to_assert_close_kwargs() == {("c", "float32"): {"atol": 1.0, "rtol": 0.5}}
+    with pytest.raises(ValueError, match=r"the scale model needs the run covariate 'K'"):
+        t.to_assert_close_kwargs(skip_unsupported=False)
+
+
+def test_assert_close_kwargs_pass_the_hardware_policy():
+    t = _table([_group("mm", "float32", "gpuA", 0.5), _group("mm", "float32", "gpuB", 0.25)])
+    assert t.to_assert_close_kwargs("gpuC", hardware_policy="pooled") == {("mm", "float32"): {"atol": 0.5,
+                                                                                            "rtol": 0.0}}
+    assert t.to_assert_close_kwargs("gpuC") == {}  # no policy: gpuC is not in the table
+
+
+def test_to_netcdf_round_trip(tmp_path):
+    g = _group("op", "float32", "gpu", 0.5, top=(0.5, 0.25), tail={"u": 0.1, "sigma": 0.2, "xi": 0.0,
+                                                                  "zeta": 0.1, "gof_p": 0.5})
+    t = _table([g, _group("op", "float16", "gpu", 2.0)])
+    p = tmp_path / "t.nc"
+    assert t.to_netcdf(p) == p
+    back = load_table(p)
+    assert back.groups == t.groups and back.to_dict()["groups"] == t.to_dict()["groups"]
+    assert back.entry("op", "float32", "gpu").fallback == "exact"
+
+
+def test_json_round_trip_keeps_tail_parameters(tmp_path):
+    tail = {"u": 0.1, "sigma": 0.2, "xi": -0.25, "zeta": 0.1, "gof_p": 0.5}
+    t = _table([_group("op", "float32", "*", 0.5, tail=tail)])
+    t.to_json(tmp_path / "t.json")
+    assert json.loads((tmp_path / "t.json").read_text())["groups"][0]["statistics"]["max_abs"]["tail"] == tail
+    assert load_table(tmp_path / "t.json").entry("op", "float32").statistics["max_abs"].tail == tail
+
+
+def test_volatile_block_joins_a_provenance_that_is_not_an_object(tmp_path):
+    d = json.loads(_table([_group("op", "float32", "*", 0.5)]).to_json())
+    d["provenance"] = "written by hand"
+    d["volatile"] = {"provenance.created": "2026-01-01"}
+    (tmp_path / "t.json").write_text(json.dumps(d))
+    assert load_table(tmp_path / "t.json").meta["provenance"] == {"volatile": {"provenance.created": "2026-01-01"}}
+
+
+def test_table_data_with_zero_calibration_runs_is_refused():
+    t = _table([_group("op", "float32", "*", 0.5), _group("op2", "float32", "*", 0.5)])
+    bad = t.data.assign(n=("group", np.array([400, 0])))
+    with pytest.raises(ValueError, match=r"'n' \(calibration runs\) must be integers >= 1, got \[400, 0\]"):
+        ToleranceTable(bad)
+
+
+def test_repr_of_exactly_twenty_groups_has_no_more_line():
+    lines = repr(_table([_group(f"op{i:02d}", "float32", "*", 1.0) for i in range(20)])).splitlines()
+    assert len(lines) == 21 and lines[-1] == "  op19 / float32 / *: n=400: max_abs=1 (order_statistic)"
+
+
+def test_table_needs_a_non_empty_statistics_list():
+    with pytest.raises(ValueError, match=r"table 'statistics' must be a non-empty list of names, got \[\]"):
+        ToleranceTable.from_groups([_group("op", "float32", "*", 0.5)],
+                                   {"fp_budget": 0.01, "confidence": 0.95, "statistics": []})
+
+
+def test_json_object_without_schema_key_is_not_a_table(tmp_path):
+    p = tmp_path / "t.json"
+    p.write_text('{"groups": []}')
+    with pytest.raises(ValueError, match=r"is not a tolstat tolerance table \(no 'tolstat_table' key\)"):
+        load_table(p)
