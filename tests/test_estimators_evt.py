@@ -114,3 +114,27 @@ def test_pot_groups_and_errors():
         pot_fit(np.ones(10), 1e-3)
     with pytest.raises(ValueError, match="inf"):
         pot_fit_groups(np.array([1.0, np.inf] * 40), 1e-3)
+
+
+@pytest.mark.parametrize("scale", [2.0**-1000, 1e-200, 1e200, 1e300])
+def test_pot_fit_is_scale_equivariant_at_extreme_magnitudes(scale):
+    """Scores far from 1 (errors of 1e-300 or 1e300) are fitted, not crashed on: u, sigma,
+    endpoint and return level scale with the data, xi, zeta and the exceedance count do
+    not, and the log-likelihood shifts by -n_exceed log(scale)."""
+    base = 1.0 + np.random.default_rng(3).pareto(3.0, (2, 400))
+    from tolstat.estimators import evt
+
+    ref, _ = evt.pot_fit_groups(base, 0.001)
+    got, _ = evt.pot_fit_groups(base * scale, 0.001)
+    f = {k: j for j, k in enumerate(evt.POT_FIELDS)}
+    for k in ("u", "sigma", "return_level"):
+        np.testing.assert_allclose(got[:, f[k]] / scale, ref[:, f[k]], rtol=1e-8)
+    for k in ("xi", "zeta"):
+        np.testing.assert_allclose(got[:, f[k]], ref[:, f[k]], rtol=1e-8, atol=1e-12)
+    np.testing.assert_array_equal(got[:, f["n_exceed"]], ref[:, f["n_exceed"]])
+    np.testing.assert_allclose(got[:, f["loglik"]] + got[:, f["n_exceed"]] * np.log(scale),
+                               ref[:, f["loglik"]], rtol=1e-8, atol=1e-6)
+    # one group far from 1, one near 1: each is fitted on its own scale
+    mixed, _ = evt.pot_fit_groups(np.vstack([base[0] * scale, base[1]]), 0.001)
+    np.testing.assert_allclose(mixed[1], ref[1], rtol=1e-12)
+    np.testing.assert_allclose(mixed[0, f["sigma"]] / scale, ref[0, f["sigma"]], rtol=1e-8)

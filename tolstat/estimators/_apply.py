@@ -341,7 +341,7 @@ def _fit_gpd(ctx: _FitContext) -> _Fitted:
     use_zs = int(max(mexc, math.ceil(tf * max(int(ctx.n.max()), 1))) <= 2000)
     _evt._check_pot_args(q, tf, mexc)
     # values are checked above (finite) and in group_values (nonnegative): no re-scan
-    params, _ = ctx.apply(lambda a: _evt._pot_groups_dispatch(a, q, tf, mexc, int(bool(use_zs))),
+    params, _ = ctx.apply(lambda a: _evt._pot_groups_rescaled(a, q, tf, mexc, int(bool(use_zs))),
                           [["param"], []], {"param": len(_evt.POT_FIELDS)})
     data_vars = {("threshold" if name == "return_level" else name): params.isel(param=j, drop=True)
                  for j, name in enumerate(_evt.POT_FIELDS)}

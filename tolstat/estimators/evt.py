@@ -849,7 +849,7 @@ def pot_fit_groups(
     if np.any(a < 0):
         raise ValueError("values must be nonnegative for a POT fit of an error metric")
     use_zs = -1 if zs_start is None else int(bool(zs_start))
-    return _pot_groups_dispatch(a, q, float(tail_fraction), int(min_exceedances), use_zs)
+    return _pot_groups_rescaled(a, q, float(tail_fraction), int(min_exceedances), use_zs)
 
 
 def _check_pot_args(q, tail_fraction, min_exceedances) -> None:
@@ -857,6 +857,41 @@ def _check_pot_args(q, tail_fraction, min_exceedances) -> None:
     _unit("tail_fraction", tail_fraction)
     if int(min_exceedances) < 2:
         raise ValueError("min_exceedances must be >= 2")
+
+
+#: groups whose largest value lies outside [2**-_POT_RESCALE_EXP, 2**_POT_RESCALE_EXP] are
+#: fitted on values scaled by a power of two (:func:`_pot_groups_rescaled`)
+_POT_RESCALE_EXP = 128
+
+
+def _pot_groups_rescaled(a, q, tail_fraction, min_exc, use_zs):
+    """The POT kernels (:func:`_pot_groups_dispatch`) on ``a`` (groups, obs), with
+    far-from-unit groups rescaled.
+
+    The fit is scale-equivariant: for data multiplied by ``c``, ``u``, ``sigma``, the
+    endpoint and the return level are multiplied by ``c``, ``xi``, ``zeta`` and the
+    exceedance count are unchanged and the log-likelihood shifts by ``-n_exceed log c``.
+    The kernels' moment and likelihood sums overflow or underflow for values beyond about
+    1e+-150, so a group whose largest value is outside ``2**+-128`` is fitted on its values
+    times a power of two (exact) that brings the largest into [0.5, 1), and its fit is
+    scaled back. Other groups are fitted as given.
+    """
+    with np.errstate(invalid="ignore"):
+        mx = np.nanmax(a, axis=1, initial=0.0) if a.size else np.zeros(a.shape[0])
+    expo = np.frexp(mx)[1].astype(np.int64)
+    far = (mx > 0) & ((expo > _POT_RESCALE_EXP) | (expo < -_POT_RESCALE_EXP))
+    if not far.any():
+        return _pot_groups_dispatch(a, q, tail_fraction, min_exc, use_zs)
+    shift = np.where(far, -expo, 0)
+    params, n = _pot_groups_dispatch(np.ldexp(a, shift[:, None]), q, tail_fraction, min_exc, use_zs)
+    params = params.copy()
+    back = -shift.astype(np.float64)
+    for f in ("u", "sigma", "endpoint", "return_level"):
+        j = POT_FIELDS.index(f)
+        params[:, j] = np.ldexp(params[:, j], -shift)
+    j = POT_FIELDS.index("loglik")
+    params[:, j] -= params[:, POT_FIELDS.index("n_exceed")] * back * math.log(2.0)
+    return params, n
 
 
 def _pot_groups_dispatch(a, q, tail_fraction, min_exc, use_zs):
