@@ -195,3 +195,32 @@ def test_json_object_without_schema_key_is_not_a_table(tmp_path):
     p.write_text('{"groups": []}')
     with pytest.raises(ValueError, match=r"is not a tolstat tolerance table \(no 'tolstat_table' key\)"):
         load_table(p)
+
+
+def test_netcdf_string_variables_read_as_objects_become_str(tmp_path, monkeypatch):
+    """Engines or xarray versions that decode variable-length strings to object arrays: the
+    label, method, reason and scale variables are converted to str, so lookups compare str."""
+    import xarray as xr
+
+    import tolstat.table as tbl
+
+    t = _table([_group("matmul", "float16", "cpu", 0.5), _group("add", "bfloat16", "*", 0.25)])
+    p = t.to_netcdf(tmp_path / "t.nc")
+    real_open = xr.open_dataset
+    names = ("op", "dtype", "hardware", "statistic", "method", "reason", "scale_json")
+
+    def open_as_objects(*args, **kwargs):
+        ds = real_open(*args, **kwargs).load()
+        for v in names:
+            if v in ds.variables and ds[v].dtype.kind == "U":
+                ds[v] = ds[v].astype(object)
+        return ds
+
+    monkeypatch.setattr(tbl.xr, "open_dataset", open_as_objects)
+    back = load_table(p)
+    kinds = {v: back.data[v].dtype.kind for v in names if v in back.data.variables}
+    assert {"op", "dtype", "hardware", "statistic", "method", "reason"} <= set(kinds)
+    assert set(kinds.values()) == {"U"}, kinds
+    assert back.entry("matmul", "float16", "cpu").statistics["max_abs"].threshold == 0.5
+    e = back.entry("add", "bfloat16", "gpu")
+    assert e.statistics["max_abs"].threshold == 0.25 and e.hardware == "*"
