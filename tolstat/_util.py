@@ -298,3 +298,9 @@ class NotEnoughData(ValueError):
         self.n = None if n is None else int(n)
         self.n_needed = None if n_needed is None else int(n_needed)
         self.group = group
+
+
+def percent(x: Any, digits: int) -> str:
+    """``x`` (a fraction) as a percentage with ``digits`` decimals; ``-`` for NaN or None
+    (nothing was measured)."""
+    return "-" if x is None or x != x else f"{100 * x:.{digits}f}%"

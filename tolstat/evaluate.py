@@ -44,6 +44,7 @@ from tqdm.auto import tqdm
 from ._eval_tolstat import tolstat_methods
 from . import _validate
 from ._util import atomic_write, atomic_write_text
+from ._util import percent as _pct
 from ._version import __version__
 from .collect import from_pairs
 from .comparison import TORCH_DEFAULTS, FoldOutcome, Rule, StaticRule, StudyRule, make_rule
@@ -566,11 +567,6 @@ def _fmt_rows(rows: Sequence[Sequence[str]]) -> str:
              for r in rows]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
-
-
-def _pct(x: float, digits: int) -> str:
-    """``x`` as a percentage, ``-`` for NaN (nothing to measure)."""
-    return "-" if math.isnan(x) else f"{100 * x:.{digits}f}%"
 
 
 def _cp_upper(k: int, n: int, level: float = 0.95) -> float:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ._util import atomic_write_text
+from ._util import percent as _pct
 
 __all__ = ["write_report", "markdown_report"]
 
@@ -16,11 +17,6 @@ def _md_table(header: list[str], rows: list[list[str]]) -> str:
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(out)
-
-
-def _pct(x: Any, digits: int) -> str:
-    """``x`` as a percentage, ``-`` for NaN or None (nothing measured)."""
-    return "-" if x is None or x != x else f"{100 * x:.{digits}f}%"
 
 
 def markdown_report(doc: dict[str, Any], plots: list[str]) -> str:

@@ -885,12 +885,11 @@ def _pot_groups_rescaled(a, q, tail_fraction, min_exc, use_zs):
     shift = np.where(far, -expo, 0)
     params, n = _pot_groups_dispatch(np.ldexp(a, shift[:, None]), q, tail_fraction, min_exc, use_zs)
     params = params.copy()
-    back = -shift.astype(np.float64)
     for f in ("u", "sigma", "endpoint", "return_level"):
         j = POT_FIELDS.index(f)
         params[:, j] = np.ldexp(params[:, j], -shift)
-    j = POT_FIELDS.index("loglik")
-    params[:, j] -= params[:, POT_FIELDS.index("n_exceed")] * back * math.log(2.0)
+    # the data were multiplied by 2**shift: loglik_original = loglik_scaled + n_exceed * shift * log 2
+    params[:, POT_FIELDS.index("loglik")] += params[:, POT_FIELDS.index("n_exceed")] * shift * math.log(2.0)
     return params, n
 
 
