@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 
 __all__ = ["unit_interval", "atomic_write", "atomic_write_text", "clean_stale", "remove_tree", "Groups",
-           "group_rows", "ANY", "GROUP_DIMS", "NotEnoughData"]
+           "group_rows", "ANY", "GROUP_DIMS", "NotEnoughData", "percent"]
 
 #: the grouping of an error dataset and of a tolerance table
 GROUP_DIMS = ("op", "dtype", "hardware")
