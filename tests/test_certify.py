@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import numpy as np
@@ -363,3 +364,86 @@ def test_undeclared_clusters_break_the_promise_declared_ones_do_not():
     # with 100 independent units the max keeps the 0.98-quantile only with prob 1 - 0.98**100 = 0.87
     assert viol / R > 0.05 + 2 * math.sqrt(0.05 * 0.95 / R)
     assert refused == R  # declared: 100 units < 149 needed
+
+
+# --------------------------------------------------------------------------- sparse groups (own pool)
+def _sparse_pool(rng, k_pos=(7, 2, 0), heavy_last=False):
+    """Nine groups of 100 units with 30-100 % inexact units and sparse groups with exactly
+    ``k_pos`` inexact units (the rest exact: every statistic 0)."""
+    cols, labels = [], []
+    pis = np.linspace(0.3, 1.0, 9)
+    for g, pi in enumerate(pis):
+        t = np.abs(rng.standard_normal((100, 2))) * [1.0, 3.0] * 10.0 ** rng.uniform(-1, 1)
+        t[rng.random(100) >= pi] = 0.0
+        cols.append(t)
+        labels += [f"g{g}"] * 100
+    for j, k in enumerate(k_pos):
+        t = np.zeros((100, 2))
+        t[rng.choice(100, k, replace=False)] = np.abs(rng.standard_normal((k, 2))) * [1.0, 3.0]
+        cols.append(t)
+        labels += [f"sparse{j}"] * 100
+    m = np.vstack(cols)
+    return {"T0": m[:, 0], "T1": m[:, 1]}, np.array(labels)
+
+
+def test_sparse_group_is_tested_on_its_few_scores_and_keeps_its_own_bound():
+    from tolstat.certify import _can_refuse, _max_bound, _pool_p_shape
+
+    st, lab = _sparse_pool(np.random.default_rng(21))
+    res = certify(st, lab, fp_budget=0.01, pool_normalisers="own", on_refusal="record")
+    c = res["sparse0"]  # 7 inexact units: enough to bound its level; a few in its part B
+    assert c.method == "pooled_order_statistic" and "weakly_tested" in c.flags
+    assert "fewer than min_test_units = 8" in c.guarantee and "distribution-free" in c.guarantee
+    # the threshold is at least every one of its own calibration scores (under its own normalisers)
+    m = np.column_stack([st["T0"], st["T1"]])[lab == "sparse0"]
+    _, iB = split_units(100, c.n_fit, 0)
+    own = np.max(m[iB] / np.array([c.normalisers["T0"], c.normalisers["T1"]]), axis=1)
+    assert c.threshold >= own.max() and c.n_cal == iB.size
+    assert f"the rate is <= {_max_bound(c.n_cal, 0.95):.3g}" in c.guarantee
+    # the own bound is the order statistic's: the largest of n certifies exactly that budget
+    n = c.n_cal
+    assert (1 - _max_bound(n, 0.95)) ** n == pytest.approx(0.05)
+    assert order_statistic_rank(n, 1 - _max_bound(n, 0.95) * 1.001, 0.95)[0] <= n
+    # 2 inexact units: refused (too few to test, or to bound its level); none: exact, the floor
+    assert re.search("too few (inexact units|for the tail test)", str(res.refused["sparse1"]))
+    assert res["sparse2"].method == "exact"
+    # every group with enough positive scores is tested as before (no flag)
+    assert all("weakly_tested" not in res[f"g{g}"].flags for g in range(9) if f"g{g}" in res.groups)
+    # the test "can refuse" one score only if a single extreme score could reach pool_alpha after Holm
+    rest = np.abs(np.random.default_rng(0).standard_normal(900))
+    assert not _can_refuse(np.ones(1), rest, _pool_p_shape, 12, 0.01)
+    assert _can_refuse(np.ones(3), rest, _pool_p_shape, 12, 0.01)
+    assert not _can_refuse(np.ones(0), rest, _pool_p_shape, 12, 0.01)
+
+
+def test_sparse_group_far_heavier_than_the_pool_is_refused():
+    rng = np.random.default_rng(22)
+    st, lab = _sparse_pool(rng, k_pos=(0,))
+    rows = np.flatnonzero(lab == "sparse0")
+    iA, iB = split_units(100, 33, 0)  # the split of a small group pooling with its own normalisers
+    assert certify(st, lab, fp_budget=0.01, pool_normalisers="own", on_refusal="record")["sparse0"].method == "exact"
+    normal, huge = np.r_[iA[:3], iB[:3]], iB[3:6]  # 6 inexact units at one level, 3 of B far beyond it
+    for k, c in (("T0", 1.0), ("T1", 3.0)):
+        st[k][rows[normal]] = c * np.abs(rng.standard_normal(6))
+        st[k][rows[huge]] = c * 1e4
+    res = certify(st, lab, fp_budget=0.01, pool_normalisers="own", on_refusal="record")
+    assert "sparse0" in res.refused and "heavier upper tail" in str(res.refused["sparse0"])
+
+
+def test_sparse_group_threshold_is_raised_to_its_own_largest_score():
+    """One of a sparse group's few part-B scores far beyond the others: the tail test (on 5
+    scores) cannot refuse it, and the pooled threshold (its level bounded by the second
+    largest of 11 inexact units) lies below that score; the threshold is raised to it, so
+    the group's own distribution-free bound holds."""
+    rng = np.random.default_rng(23)
+    st, lab = _sparse_pool(rng, k_pos=(0,))
+    rows = np.flatnonzero(lab == "sparse0")
+    iA, iB = split_units(100, 33, 0)
+    pos = np.r_[iA[:6], iB[:5]]
+    for k, c in (("T0", 1.0), ("T1", 3.0)):
+        st[k][rows[pos]] = c * (0.5 + rng.random(11))
+        st[k][rows[iB[4]]] = c * 1e3
+    res = certify(st, lab, fp_budget=0.01, pool_normalisers="own", on_refusal="record")
+    c = res["sparse0"]
+    assert "weakly_tested" in c.flags and "raised to its own largest calibration score" in c.reason
+    assert c.threshold == pytest.approx(1e3 * 3.0 / c.normalisers["T1"])

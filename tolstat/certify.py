@@ -445,7 +445,8 @@ class GroupCertificate:
         Why this method, with the numbers.
     flags : tuple of str
         ``"floor_raised"`` (the floor lifted the threshold), ``"unreachable:<stat>"`` (the
-        statistic cannot reach the threshold), ``"never_fails"`` (no statistic can).
+        statistic cannot reach the threshold), ``"never_fails"`` (no statistic can),
+        ``"weakly_tested"`` (a pooled group tested on fewer than ``min_test_units`` scores).
     unreachable : tuple of str
         Statistics whose known maximum is at or below their share of the threshold.
     """
@@ -518,6 +519,12 @@ def _guarantee_pac(a: float, g: float, n: int, r: int, *, clusters: bool) -> str
             f"identically distributed and a new run comes from the same distribution; the threshold is "
             f"the {r}-th smallest of {n} scores, valid at finite n because the normalisers were fitted on "
             "other units (or cannot change the ranks).")
+
+
+def _max_bound(n: int, g: float) -> float:
+    """The budget that the largest of ``n`` independent scores certifies at confidence ``g``:
+    ``1 - (1 - g)^(1/n)`` (``P(all n below the (1 - a)-quantile) = (1 - a)^n``)."""
+    return float(-math.expm1(math.log1p(-g) / n))
 
 
 def _pool_p(x: np.ndarray, rest: np.ndarray) -> float:
@@ -648,7 +655,10 @@ def certify(
     min_pool : int
         Fewest groups (the borrower included) a pool must have.
     min_test_units : int
-        Fewest calibration units a group needs for its exchangeability test.
+        Fewest calibration units a group needs for its exchangeability test. With
+        ``pool_normalisers="own"`` a group with fewer positive scores (mostly correctly
+        rounded) is still tested when the test could refuse it; its threshold is then at
+        least its own largest calibration score and it is flagged ``"weakly_tested"``.
     seed : int
         Seed of the A/B split (deterministic).
     fit_fraction, min_fit, max_fit : see :func:`fit_size`.
@@ -688,6 +698,11 @@ def certify(
       they needed it), not proved. Normalisers in a pool are shared, fitted on the union of
       the members' fitting parts, so pooled scores are comparable exactly as the statistics
       are (e.g. already in units of the noise model).
+    * ``pooled_order_statistic`` flagged ``weakly_tested`` (own normalisers, fewer than
+      ``min_test_units`` positive scores): the same promise under the same assumption, which
+      the test can barely check; and, with no assumption on the tail, ``P(true FP rate >
+      1 - (1 - confidence)^(1/n_B)) <= 1 - confidence``, the threshold being at least the
+      largest of its ``n_B`` calibration scores.
     * ``exact``: all units of the group are exactly zero; the threshold is the resolution
       floor; no probabilistic promise beyond what was seen.
     * ``conformal``: ``P(fail) <= fp_budget`` averaged over calibration sets (marginal).
@@ -850,14 +865,14 @@ def _group_infos(ctx: _Ctx, m: np.ndarray, glab: np.ndarray, clab: Any, cov: Any
 
 def _finish(ctx: _Ctx, gname: str, raw: float, method: str, guarantee: str, q: np.ndarray, an: tuple[str, ...],
             rank: int, n_scores: int, reason: str, pool: tuple[str, ...] = (), pool_p: float = math.nan,
-            split: tuple[int, int] | None = None) -> None:
+            split: tuple[int, int] | None = None, extra_flags: tuple[str, ...] = ()) -> None:
     """Apply the floor, flag unreachable statistics and record the group's certificate."""
     d = ctx.info[gname]
     n_fit, n_cal = split if split is not None else (int(d["iA"].size), int(d["iB"].size))
     act = d["active"]
     s_floor = float(np.max(ctx.floors[act] / q))
     thr = max(raw, s_floor)
-    flags = []
+    flags = list(extra_flags)
     if thr > raw:
         flags.append("floor_raised")
         reason += f"; raised from {raw:.6g} to the resolution floor {s_floor:.6g}"
@@ -984,12 +999,26 @@ def _own_positive_scores(ctx: _Ctx, members: list[str], level: float) -> dict[st
     return out
 
 
+def _can_refuse(x: np.ndarray, rest: np.ndarray, test: Any, n_tests: int, pool_alpha: float) -> bool:
+    """Whether ``test`` could refuse ``x.size`` scores at ``pool_alpha`` after Holm over
+    ``n_tests`` groups: its p-value when every score lies above all of ``rest`` (the most
+    extreme sample of that size), times ``n_tests`` (Holm's first step), is at most ``pool_alpha``."""
+    if x.size == 0 or rest.size == 0:
+        return False
+    return n_tests * test(np.full(x.size, float(np.max(rest)) + 1.0), rest) <= pool_alpha
+
+
 def _pool_members(scores: Mapping[str, np.ndarray], members: list[str], test: Any, min_test_units: int,
-                  pool_alpha: float) -> tuple[dict[str, float], list[str]]:
+                  pool_alpha: float, few: bool = False) -> tuple[dict[str, float], list[str]]:
     """Holm-adjusted p-values of ``test(member's scores, rest of the pool)`` for the members
-    with at least ``min_test_units`` scores, and the members not rejected at ``pool_alpha``."""
-    testable = [gn for gn in members if scores[gn].size >= min_test_units]
-    raw_p = np.array([test(scores[gn], np.concatenate([scores[h] for h in members if h != gn])) for gn in testable])
+    with at least ``min_test_units`` scores (``few``: or fewer, when the test could still
+    refuse them, :func:`_can_refuse`), and the members not rejected at ``pool_alpha``."""
+    def rest(gn: str) -> np.ndarray:
+        return np.concatenate([scores[h] for h in members if h != gn])
+
+    testable = [gn for gn in members if scores[gn].size >= min_test_units
+                or (few and _can_refuse(scores[gn], rest(gn), test, len(members), pool_alpha))]
+    raw_p = np.array([test(scores[gn], rest(gn)) for gn in testable])
     adj = dict(zip(testable, _holm(raw_p)))
     return adj, [gn for gn in members if gn in adj and adj[gn] > pool_alpha]
 
@@ -1009,12 +1038,15 @@ def _pool_own(ctx: _Ctx, members: list[str], need_here: list[str], *, min_pool: 
     from few units would otherwise shift the group against the pool). The three bounds
     each hold with probability ``1 - (1 - confidence) / 3``, together with probability
     ``>= confidence`` (union bound), and then ``P(fail) <= pi_upper * fp_budget / pi_upper``.
+    A group with fewer than ``min_test_units`` positive scores in B is tested on them when
+    the test could refuse it (:func:`_can_refuse`); its threshold is then at least its own
+    largest part-B score, so its rate is at most :func:`_max_bound` whatever its tail.
     Shown by simulation in ``tests/test_certify_own_pool_sim.py``.
     """
     a, g = ctx.a, ctx.g
     third = (1.0 - g) / 3.0
     scores = _own_positive_scores(ctx, members, 1.0 - third)
-    adj, ok = _pool_members(scores, members, _pool_p_shape, min_test_units, pool_alpha)
+    adj, ok = _pool_members(scores, members, _pool_p_shape, min_test_units, pool_alpha, few=True)
     pooled = np.sort(np.concatenate([scores[gn] for gn in ok])) if ok else np.empty(0)
     for s in need_here:
         d = ctx.info[s]
@@ -1034,6 +1066,18 @@ def _pool_own(ctx: _Ctx, members: list[str], need_here: list[str], *, min_pool: 
             r = int(order_statistic_rank(pooled.size, 1.0 - a_c, 1.0 - third)[0])
             t = float(pooled[r - 1])
             thr = math.exp(d["loc_upper"] + t)
+        weak, own_max = "", ""
+        if a_c < 1.0 and scores[s].size < min_test_units:
+            # few inexact units: the test refuses only a far heavier tail, so the threshold is
+            # at least the group's own largest calibration score, whose promise needs no pool
+            s_own = float(np.nanmax(d["v"][d["iB"]] / d["q"], axis=1).max())
+            if s_own > thr:
+                thr, own_max = s_own, f"; raised to its own largest calibration score {s_own:.6g}"
+            weak = (f" The test ran on only {scores[s].size} positive scores (fewer than min_test_units = "
+                    f"{min_test_units}): it refuses only a tail far heavier than the pool's. Whatever its tail, the "
+                    f"threshold is at least the largest of the group's own {nB} calibration scores (independent "
+                    f"of its normalisers), so with probability >= {g:g} the rate is <= "
+                    f"{_max_bound(nB, g):.3g} (distribution-free: the largest of {nB} independent units).")
         guar = (f"PAC: with probability >= {g:g} over the calibration units, the probability that the check of a "
                 f"new correct {'cluster' if ctx.clusters_declared else 'run'} fails is <= {a:g}, as the product of "
                 f"the group's share of inexact runs (<= {pi_u:.3g}: Clopper-Pearson bound from {k} of its own {nU} "
@@ -1043,13 +1087,15 @@ def _pool_own(ctx: _Ctx, members: list[str], need_here: list[str], *, min_pool: 
                 f"(union bound). Assumes independent, identically distributed units, and holds only if the "
                 f"group's positive scores, relative to its level, exceed the pooled threshold no more often than "
                 f"the pool's: tested (one-sided tail counts above the 0.9 and 0.99 quantiles of the rest of the "
-                f"pool, Holm-adjusted p = {adj[s]:.3g} > {pool_alpha:g}), not proved.")
+                f"pool, Holm-adjusted p = {adj[s]:.3g} > {pool_alpha:g}), not proved." + weak)
         reason = (f"pooled order statistic: own {nB} calibration units < {ctx.nmin} needed; {k} of its {nU} units "
                   f"inexact; "
                   f"borrowed {pooled.size} positive scores of {len(ok)} exchangeable groups (each with its own "
-                  "normalisers and level)")
+                  "normalisers and level)"
+                  + (f"; tested on only {scores[s].size} positive scores{own_max}" if weak else ""))
         _finish(ctx, s, thr, "pooled_order_statistic", guar, d["q"], d["names"], r, pooled.size, reason,
-                pool=tuple(ok), pool_p=float(adj[s]), split=(int(d["iA"].size), nB))
+                pool=tuple(ok), pool_p=float(adj[s]), split=(int(d["iA"].size), nB),
+                extra_flags=("weakly_tested",) if weak else ())
 
 
 def _pool(ctx: _Ctx, members: list[str], need_here: list[str], *, min_fit: int, min_pool: int,
@@ -1097,7 +1143,8 @@ def _pool_refusal(ctx: _Ctx, s: str, adj: dict[str, float], pooled: np.ndarray, 
     if s not in adj:
         ctx.refuse(s, f"{d['iB'].size} calibration units: fewer than {nmin} for its own threshold and "
                    f"fewer than min_test_units = {min_test_units} {'positive ' if need_n else ''}scores to test "
-                   "exchangeability with a pool", ctx.need(d))
+                   "exchangeability with a pool" + (" (too few for the tail test to be able to refuse it)"
+                                                    if need_n else ""), ctx.need(d))
         return True
     if adj[s] <= pool_alpha:
         ctx.refuse(s, f"{d['iB'].size} calibration units < {nmin} needed for budget {a:g} at confidence "
