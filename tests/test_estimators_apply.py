@@ -31,6 +31,12 @@ def test_group_values_layout(ds):
     np.testing.assert_allclose(got[~np.isnan(got)], expect.values[750:][~np.isnan(expect.values[750:])])
 
 
+
+def test_group_values_of_no_runs_is_a_named_error(ds):
+    with pytest.raises(ValueError, match="error dataset has no runs"):
+        group_values(ds.isel(run=slice(0, 0)), "max_abs")
+
+
 @pytest.mark.parametrize("method,opts", [
     ("empirical", {"p": [0.5, 0.99]}),
     ("order_statistic", {"p": 0.99, "confidence": 0.9}),

@@ -111,6 +111,8 @@ def group_values(errors: xr.Dataset, statistic: str = "max_abs") -> tuple[xr.Dat
             raise ValueError(f"error dataset has no {d!r} label along 'run'")
     if "run" not in errors.dims:
         raise ValueError("error dataset has no 'run' dimension")
+    if errors.sizes["run"] == 0:
+        raise ValueError("error dataset has no runs (run dimension of size 0)")
     if statistic in RUN_STATISTICS:
         if statistic not in errors:
             raise ValueError(f"error dataset has no variable {statistic!r}")
