@@ -8,8 +8,10 @@ Usage (from the repository root; not part of the CI test run)::
     python benchmarks/mutation.py --fresh         # discard cached results first
     python benchmarks/mutation.py --sample 60 --seed 17 --max-children 1
                                                   # seeded stratified random sample
+    python benchmarks/mutation.py --sample 40 --seed 31 "tolstat.certify.*"
+                                                  # the same draw, of one module only
 
-A full run of every core mutant (about 7300) takes hours on two cores. ``--sample N
+A full run of every core mutant (about 9500) takes hours on two cores. ``--sample N
 --seed S`` draws, per module, a simple random sample of N mutants without replacement
 (all of a module's mutants when it has N or fewer), seeded by ``S`` and the module name
 (``random.Random(f"{S}:{module}")`` over the sorted mutant names, so a module's sample
@@ -42,6 +44,7 @@ Writes ``benchmarks/results/mutation.json`` and ``benchmarks/results/mutation.md
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shlex
@@ -331,14 +334,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--note", default="", metavar="TEXT",
                     help="a sentence written at the top of the results (e.g. that a held-out sample has "
                          "since been tuned: tests were written against its survivors)")
-    ap.add_argument("names", nargs="*", help="mutant name globs, e.g. 'tolstat.checks.*' (re-runs those)")
+    ap.add_argument("names", nargs="*",
+                    help="mutant name globs, e.g. 'tolstat.checks.*' (re-runs those); with --sample: "
+                         "only the sampled mutants they match are run and scored")
     args = ap.parse_args(argv)
     if args.tag and not all(ch.isalnum() or ch in "_-" for ch in args.tag):
         ap.error(f"--tag must be letters, digits, '_' or '-', got {args.tag!r}")
     if args.sample < 0:
         ap.error(f"--sample must be >= 0, got {args.sample}")
-    if args.sample and args.names:
-        ap.error("--sample and mutant names are exclusive")
     if args.fresh and (ROOT / "mutants").exists():
         shutil.rmtree(ROOT / "mutants")
     sample = None
@@ -346,6 +349,12 @@ def main(argv: list[str] | None = None) -> int:
         if not args.report_only or not all_mutants():
             generate()  # (re)generate so the sample is drawn from the current source
         sample = draw_sample(all_mutants(), args.sample, args.seed)
+        if args.names:  # restrict the sample (drawn per module, so unchanged) to the named mutants
+            sample = {mod: [n for n in ns if any(fnmatch.fnmatchcase(n, g) for g in args.names)]
+                      for mod, ns in sample.items()}
+            sample = {mod: ns for mod, ns in sample.items() if ns}
+            if not sample:
+                ap.error(f"no sampled mutant matches {args.names}")
     wall = None
     if not args.report_only:
         (ROOT / "mutants").mkdir(exist_ok=True)
@@ -360,10 +369,14 @@ def main(argv: list[str] | None = None) -> int:
     if not status:
         raise SystemExit("no mutmut results under mutants/: run without --report-only first")
     equivalent = json.loads(EQUIVALENT.read_text(encoding="utf-8")) if EQUIVALENT.exists() else {}
-    rows = score(status, equivalent, sample)
+    scored = status
+    if sample is not None and args.names:  # only the named modules: their population, their total
+        scored = {n: st for n, st in status.items() if _module(n) in sample}
+    rows = score(scored, equivalent, sample)
     counted = status if sample is None else {n: status[n] for ns in sample.values() for n in ns if n in status}
     surv = sorted(n for n, s in counted.items() if s not in KILLED | {"not checked"} and n not in equivalent)
-    write(rows, status, equivalent, diffs(surv), surv, wall, args)
+    shown = equivalent if scored is status else {n: r for n, r in equivalent.items() if _module(n) in sample}
+    write(rows, scored, shown, diffs(surv), surv, wall, args)
     w = max(len(m) for m in rows)
     print(f"{'module':{w}s} {'mutants':>8s} {'run':>5s} {'killed':>7s} {'survived':>9s} {'no tests':>9s} "
           f"{'equiv':>6s} {'score':>7s}  95% CI")
