@@ -233,8 +233,10 @@ def register_invariant(op: str, name: str, fn: InvariantFn, *, replace: bool = F
         ``fn(actual, expected, scale) -> float``: float64 arrays of the same shape, rows
         along the last axis, ``scale`` the noise scale ``s_i``. It returns a nonnegative
         statistic in units of rounding noise (0 when the invariant holds exactly; large
-        when it is violated). Non-finite outputs never reach it (the statistics are
-        ``inf`` then).
+        when it is violated). A non-finite output that differs from its reference never
+        reaches it (the statistics are ``inf`` then); a matched non-finite pair (equal
+        infinities, or NaN in both) does, and is exact (``inf - inf`` is NaN there; it is
+        called with invalid-operation warnings silenced).
     replace : bool, default False
         Allow replacing an invariant of the same name.
 
