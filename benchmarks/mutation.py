@@ -11,7 +11,7 @@ Usage (from the repository root; not part of the CI test run)::
     python benchmarks/mutation.py --sample 40 --seed 31 "tolstat.certify.*"
                                                   # the same draw, of one module only
 
-A full run of every core mutant (about 9500) takes hours on two cores. ``--sample N
+A full run of every core mutant (about 10500) takes hours on two cores. ``--sample N
 --seed S`` draws, per module, a simple random sample of N mutants without replacement
 (all of a module's mutants when it has N or fewer), seeded by ``S`` and the module name
 (``random.Random(f"{S}:{module}")`` over the sorted mutant names, so a module's sample

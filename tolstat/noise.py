@@ -233,8 +233,10 @@ def register_invariant(op: str, name: str, fn: InvariantFn, *, replace: bool = F
         ``fn(actual, expected, scale) -> float``: float64 arrays of the same shape, rows
         along the last axis, ``scale`` the noise scale ``s_i``. It returns a nonnegative
         statistic in units of rounding noise (0 when the invariant holds exactly; large
-        when it is violated). Non-finite outputs never reach it (the statistics are
-        ``inf`` then).
+        when it is violated). A non-finite output that differs from its reference never
+        reaches it (the statistics are ``inf`` then); a matched non-finite pair (equal
+        infinities, or NaN in both) does, and is exact (``inf - inf`` is NaN there; it is
+        called with invalid-operation warnings silenced).
     replace : bool, default False
         Allow replacing an invariant of the same name.
 
@@ -268,13 +270,18 @@ def _rows(x: np.ndarray) -> np.ndarray:
 
 def _proj_stat(d: np.ndarray, s: np.ndarray, w: np.ndarray | None = None) -> float:
     """max over rows |sum_j w_j d_j| / sqrt(sum_j w_j^2 s_j^2): a matched filter
-    (``w = None``: all ones)."""
+    (``w = None``: all ones). Entries where ``d`` is not finite (a matched non-finite pair,
+    ``inf - inf`` or ``nan - nan``: exact) do not contribute."""
     d, s = _rows(d), _rows(s)
+    w = None if w is None else _rows(w)
+    ok = np.isfinite(d)
+    if not ok.all():
+        d, s = np.where(ok, d, 0.0), np.where(ok, s, 0.0)
+        w = None if w is None else np.where(ok, w, 0.0)
     if w is None:
         num = np.abs(d.sum(-1))
         den = np.sqrt(np.einsum("ij,ij->i", s, s))
     else:
-        w = _rows(w)
         num = np.abs(np.einsum("ij,ij->i", w, d))
         ws = w * s
         den = np.sqrt(np.einsum("ij,ij->i", ws, ws))
@@ -468,7 +475,8 @@ def _invariant_values(a: np.ndarray, e: np.ndarray, s: np.ndarray, finite: np.nd
     if not finite.all():
         am = np.where(np.moveaxis(finite, row_axis, -1) if finite.ndim else finite, am, em)
     for k, fn in inv.items():
-        v = float(fn(am, em, sm))
+        with np.errstate(invalid="ignore"):  # inf - inf of a matched non-finite pair
+            v = float(fn(am, em, sm))
         if not (v >= 0):  # NaN or negative
             raise ValueError(f"invariant {k!r} of op {op!r} returned {v!r}; it must be >= 0")
         out[f"inv_{k}"] = v
