@@ -12,13 +12,13 @@ PKG = Path(__file__).resolve().parents[1] / "tolstat"
 #: the layers of the data flow, first to last; a module may import modules of its own
 #: layer or of earlier ones, never later ones (a new module must be given a layer here)
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("tolstat._version", "tolstat._dtypes", "tolstat._validate", "tolstat._util",
+    ("foundation", ("tolstat._version", "tolstat._dtypes", "tolstat._validate", "tolstat._util", "tolstat._inference",
                     "tolstat._numba_cache", "tolstat._dlpack", "tolstat._npy")),
     ("metrics", ("tolstat.metrics", "tolstat.noise", "tolstat._fused")),
     ("dataset", ("tolstat.dataset", "tolstat.errors", "tolstat.statistics", "tolstat._runs", "tolstat.io",
                  "tolstat.stream", "tolstat.collect", "tolstat.merge")),
     ("estimators", ("tolstat.estimators", "tolstat.estimators.*", "tolstat.scale", "tolstat.tail")),
-    ("selection", ("tolstat.bounds", "tolstat.certify", "tolstat.autoselect", "tolstat.table", "tolstat.selection", "tolstat.review",
+    ("selection", ("tolstat.decision", "tolstat.bounds", "tolstat.certify", "tolstat.autoselect", "tolstat.table", "tolstat.selection", "tolstat.review",
                    "tolstat.hwpolicy")),
     ("checks", ("tolstat.checks", "tolstat._fastcheck", "tolstat.pytest_plugin", "tolstat.report")),
     ("evaluate", ("tolstat._eval_tolstat", "tolstat.evaluate", "tolstat.plots",

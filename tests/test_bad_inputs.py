@@ -224,10 +224,17 @@ def test_bad_fp_budget(ds, budget, match):
         tolstat.select(ds, form=None, fp_budget=budget)
 
 
-def test_smallest_budget_is_accepted_but_needs_data(ds):
-    # the validation accepts 1e-9; 60 runs cannot support it: NotEnoughData says how many
-    with pytest.raises(tolstat.NotEnoughData, match="runs") as info:
-        tolstat.select(ds, form=None, fp_budget=_validate.MIN_BUDGET)
+def test_smallest_budget_is_accepted_but_needs_data():
+    # the validation accepts 1e-9; 60 runs (not correctly rounded) cannot support it:
+    # NotEnoughData says how many
+    rng = np.random.default_rng(0)
+    pairs = [(r * (1 + rng.uniform(-2.0**-11, 2.0**-11, 16))).astype(np.float16) for r in
+             (rng.standard_normal(16) for _ in range(60))]
+    # references 0.7 ULP away from the output: the output is never the rounded reference
+    noisy = tolstat.from_pairs([(a, a.astype(np.float64) + 0.7 * np.spacing(a).astype(np.float64)) for a in pairs],
+                               op="mul3", dtype="float16", progress=False)
+    with pytest.raises(tolstat.NotEnoughData, match="units") as info:
+        tolstat.select(noisy, form=None, fp_budget=_validate.MIN_BUDGET)
     assert info.value.n_needed > 10**8
 
 
@@ -305,7 +312,9 @@ def test_unknown_statistic_in_table(tmp_path, table_doc):
 
 
 def test_table_threshold_1e999_text(tmp_path, table_doc):
-    text = json.dumps(table_doc).replace(json.dumps(_stat(table_doc)["threshold"]), "1e999", 1)
+    doc = json.loads(json.dumps(table_doc))
+    _stat(doc)["threshold"] = "__threshold__"
+    text = json.dumps(doc).replace('"__threshold__"', "1e999", 1)
     p = tmp_path / "t.json"
     p.write_text(text)
     with pytest.raises(ValueError, match="threshold must be a finite number >= 0, got inf"):

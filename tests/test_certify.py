@@ -14,7 +14,6 @@ from statsmodels.stats.multitest import multipletests
 from tolstat.certify import (
     NotEnoughData,
     UnreachableThresholdWarning,
-    _holm,
     certify,
     collapse,
     fit_normalisers,
@@ -121,9 +120,14 @@ def test_union_budget_bonferroni_and_stated_sidak():
     assert union_budget(0.01, 4, method="sidak", independent=True) == pytest.approx(1 - 0.99 ** 0.25)
 
 
-def test_holm_parity_with_statsmodels():
+def test_holm_adjusts_the_finite_p_values_and_keeps_nan():
+    from tolstat._inference import holm
+
     p = np.random.default_rng(0).random(17) ** 3
-    np.testing.assert_allclose(_holm(p), multipletests(p, method="holm")[1])
+    with_nan = np.insert(p, [3, 9], np.nan)
+    adj = holm(with_nan)
+    assert np.isnan(adj[[3, 10]]).all()
+    np.testing.assert_allclose(np.delete(adj, [3, 10]), multipletests(p, method="holm")[1])
 
 
 # --------------------------------------------------------------------------- certify
@@ -182,7 +186,9 @@ def test_clusters_count_as_one_unit():
 def test_exact_op_gets_the_floor_not_a_refusal():
     c = certify({"m": np.zeros(20), "r": np.zeros(20)}, fp_budget=0.01, floor={"m": 1.0, "r": 0.5})["all"]
     assert c.method == "exact" and c.threshold == 1.0 and "floor_raised" in c.flags
-    assert "no probabilistic promise" in c.guarantee
+    # what it promises instead of the budget: the distribution-free bound of 20 exact units
+    assert "not the budget 0.01" in c.guarantee
+    assert f"<= {1 - 0.05 ** (1 / 20):.3g}" in c.guarantee
     # a correctly rounded output (every statistic at its floor) passes, more fails
     assert bool(c.passes({"m": 1.0, "r": 0.5})) and not bool(c.passes({"m": 1.01, "r": 0.0}))
     # enough exact units: the order statistic (0) raised to the floor

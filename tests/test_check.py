@@ -35,15 +35,21 @@ def test_correct_output_passes(table):
     assert isinstance(r, CheckResult) and r.passed and bool(r)
     ent = table.entry("mul3", "float16")
     st = ent.statistics["max_score"]
-    v = r.statistics["max_score"]
-    # the statistic recomputed here: max |d| / (atol + rtol |ref|) of the table's scale model
-    d = np.abs(_kernel(x).astype(np.float64) - _ref(x))
+    # the kernel is correctly rounded: decision value 0 (tolstat.decision), every threshold passes
+    assert r.correctly_rounded and r.statistics["max_score"] == 0.0 and r.ratios["max_score"] == 0.0
+    # one element one ULP off: the statistic recomputed here, max |d| / (atol + rtol |ref|) of the
+    # table's scale model, is what the check compares
+    out = _kernel(x)
+    out[0, 0] = np.nextafter(out[0, 0], np.float16(np.inf))
+    r2 = check(out, _ref(x), op="mul3", dtype="fp16", table=table)
+    d = np.abs(out.astype(np.float64) - _ref(x))
     s = ent.scale.atol + ent.scale.rtol * np.abs(_ref(x))
-    assert v == pytest.approx(float(np.max(d / s)), rel=1e-12)
-    assert r.thresholds["max_score"] == st.threshold and r.ratios["max_score"] == v / st.threshold <= 1
-    # inside the calibration data: the fraction of calibration runs at least this large
-    assert v <= st.top[0]
-    assert r.probabilities["max_score"] == np.sum(st.top >= v) / st.n
+    v = r2.statistics["max_score"]
+    assert v == pytest.approx(float(np.max(d / s)), rel=1e-12) and not r2.correctly_rounded
+    assert r2.thresholds["max_score"] == st.threshold
+    assert r2.passed == (v <= st.threshold)
+    # a correctly rounded output: every calibration run reached a value this large (0)
+    assert r.probabilities["max_score"] == np.sum(st.top >= 0.0) / st.n
     assert r.atol == st.threshold * ent.scale.atol and r.rtol == st.threshold * ent.scale.rtol
     assert_close(_kernel(x), _ref(x), op="mul3", dtype="float16", table=table)
 

@@ -93,18 +93,21 @@ def test_select_thresholds_are_per_group_order_statistics():
 
     rng = np.random.default_rng(3)
     sizes = {"cpu": 400, "gpu": 700}
-    pairs = {hw: [(np.float16([v]), np.array([0.0])) for v in np.abs(rng.standard_normal(n)) * (1 + 3 * i)]
+    # distinct references (runs with one reference would be one unit: the same inputs)
+    pairs = {hw: [(np.float16([v]), np.array([j * 2.0**-40])) for j, v in
+                  enumerate(np.abs(rng.standard_normal(n)) * (1 + 3 * i))]
              for i, (hw, n) in enumerate(sizes.items())}
     ds = tolstat.concat([tolstat.from_pairs(p, op="id", dtype="float16", hardware=hw) for hw, p in pairs.items()])
     t = select(ds, form=None, fp_budget=0.02)
     thr = {}
     for hw, n in sizes.items():
-        x = np.sort(np.array([float(a[0]) for a, _ in pairs[hw]]))
+        x = np.sort(np.array([abs(float(a[0]) - float(e[0])) for a, e in pairs[hw]]))
         ranks = np.arange(1, n + 1)
         r = int(ranks[stats.binom.cdf(ranks - 1, n, 0.98) >= G][0])
         assert r < n  # an inner order statistic, not the maximum
         ent = t.entry("id", "float16", hw)
         thr[hw] = ent.statistics["max_abs"].threshold
         assert thr[hw] == x[r - 1], hw
-        assert ent.statistics["max_abs"].reason.endswith(f"threshold = {r}-th smallest of {n} scores")
+        assert ent.certificate["rank"] == r and ent.certificate["n_scores"] == n
+        assert f"the threshold is the {r}-th smallest of {n} scores" in ent.certificate["guarantee"]
     assert thr["cpu"] != thr["gpu"]

@@ -11,6 +11,7 @@ from scipy import stats
 
 import tolstat
 from tolstat.cli import main
+from tolstat.decision import run_values
 from tolstat.scale import run_scores
 from tolstat.hwshift import ShiftResult, bundled_gpu_datasets, evaluate_hook
 
@@ -50,6 +51,9 @@ def _scaled(ds, factor):
     out = ds.copy()
     for v in ERROR_VARS:
         out[v] = ds[v] * factor
+    if factor > 1:
+        # larger errors are no longer the correctly rounded reference (0 ULP stays 0 when scaled)
+        out["max_ulp"] = ds["max_ulp"].where(ds["max_abs"] == 0, np.maximum(ds["max_ulp"] * factor, 1.0))
     return out
 
 
@@ -114,13 +118,14 @@ def test_statistics_match_scipy_on_the_tables_scores(a, b_same, res_same):
     sb = b_same.isel(run=np.flatnonzero(b_same.op.values == "mm"))
     xa, _ = run_scores(sa, ent.scale, "max_abs")
     xb, _ = run_scores(sb, ent.scale, "max_abs")
+    vb = run_values(sb, "max_score", ent.scale)  # what a check compares: 0 when correctly rounded
     row = res_same.data.isel(group=0)
     ks = stats.ks_2samp(xa, xb)
     assert float(row["ks_stat"]) == pytest.approx(ks.statistic)
     assert float(row["ks_p"]) == pytest.approx(ks.pvalue)
     thr = ent.statistics["max_score"].threshold
     assert float(row["threshold"]) == thr
-    k = int((xb > thr).sum())
+    k = int((vb > thr).sum())
     assert int(row["n_exceed_b"]) == k
     ci = stats.binomtest(k, xb.size).proportion_ci(confidence_level=0.95, method="exact")
     assert float(row["fp_ci_low"]) == pytest.approx(ci.low)
@@ -165,7 +170,7 @@ def test_json_report_round_trip(res_same, tmp_path):
     assert d["fp_budget"] == BUDGET and d["form"] == "allclose"
     assert d["hardware_a"] == ["hw-a"] and d["hardware_b"] == ["hw-b"]
     assert [g["op"] for g in d["groups"]] == ["mm", "mm2"]
-    assert "tolstat.scale.run_scores" in d["functions"]
+    assert "tolstat.scale.run_scores" in d["functions"] and "tolstat.decision.run_values" in d["functions"]
     assert not list(tmp_path.glob(".*tmp*"))
 
 

@@ -39,7 +39,7 @@ _LAZY: dict[str, str] = {
     "split_budget": "bounds",
     "StatEntry": "table", "ToleranceEntry": "table", "ToleranceTable": "table", "load_table": "table",
     "calibrate": "selection", "select": "selection",
-    "CheckResult": "checks", "assert_close": "checks", "check": "checks",
+    "CheckResult": "checks", "assert_close": "checks", "check": "checks", "check_runs": "checks",
     "StoreProgress": "stream", "collect_to_store": "stream", "open_store": "stream",
     "group_topk": "estimators.tail",
     "ShiftResult": "hwshift", "shift": "hwshift",
@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # static analysers see the eager imports
     from ._dtypes import SUPPORTED_DTYPES, canonical_dtype
     from ._runs import Hardware
     from .bounds import Calibration, Exceedance, NotEnoughData, TailOptions, split_budget
-    from .checks import CheckResult, assert_close, check
+    from .checks import CheckResult, assert_close, check, check_runs
     from .collect import Inputs, collect, from_pairs, hardware_fingerprint
     from .dataset import concat, indexed, validate
     from .estimators import fit
@@ -145,6 +145,7 @@ __all__ = [
     "StatEntry",
     "load_table",
     "check",
+    "check_runs",
     "assert_close",
     "CheckResult",
     "shift",

@@ -70,11 +70,13 @@ def fast_check(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry,
     r = fused_max(a, e, score=score, threshold=c, rel_floor=floor)
     if r is None:
         return None
-    values = {name: r.value}
     n = int(a.size)
+    # the decision values (tolstat.decision): 0 for a correctly rounded output
+    cr = r.value > 0 and _correctly_rounded(a, e, ent.dtype)
+    values = {name: 0.0 if cr else r.value}
     for k in ent.statistics:
         if k == "bias":
-            values[k] = float(bias_score(r.sum_signed / n, r.sum_abs / n, n))
+            values[k] = 0.0 if cr or r.value == 0 else float(bias_score(r.sum_signed / n, r.sum_abs / n, n))
     thresholds = {k: ent.statistics[k].threshold for k in values}
     ratios = {k: (v / thresholds[k] if thresholds[k] > 0 else (0.0 if v == 0 else math.inf)) for k, v in values.items()}
     failed = tuple(k for k, v in values.items() if not v <= thresholds[k])
@@ -92,8 +94,16 @@ def fast_check(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry,
         statistics=values, thresholds=thresholds, ratios=ratios, probabilities=probs, notes=notes,
         failed=failed, worst_index=idx, worst_actual=r.actual, worst_expected=r.expected,
         worst_error=abs(r.actual - r.expected), worst_allowed=float(allowed),
-        n_elements=n, n_exceeding=r.n_exceeding, n_nonfinite=0, atol=atol, rtol=rtol,
+        n_elements=n, n_exceeding=0 if cr else r.n_exceeding, n_nonfinite=0, atol=atol, rtol=rtol,
         fp_budget=ent.fp_budget, confidence=ent.confidence,
         methods={k: ent.statistics[k].method for k in values}, n_calibration=ent.n,
-        guarantee=str((ent.certificate or {}).get("guarantee", "")),
+        guarantee=str((ent.certificate or {}).get("guarantee", "")), correctly_rounded=bool(cr or r.value == 0),
     )
+
+
+def _correctly_rounded(a: np.ndarray, e: np.ndarray, dtype: str) -> bool:
+    """Every element of a finite pair is the reference rounded to nearest in ``dtype``
+    (the ULP distance of :func:`tolstat.error_metrics` is 0 everywhere)."""
+    with np.errstate(over="ignore"):
+        rn = np.asarray(e, dtype=np.float64).astype(target_dtype(dtype).np_dtype)
+    return bool(np.array_equal(np.asarray(a).astype(np.float64), rn.astype(np.float64)))

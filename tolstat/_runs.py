@@ -16,8 +16,8 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from .dataset import RunRecord, summarize_run
-from .metrics import error_metrics
+from .dataset import RunRecord, reference_fingerprint, summarize_run
+from .metrics import as_array, error_metrics
 
 __all__ = ["Inputs", "Hardware", "hardware_fingerprint"]
 
@@ -142,6 +142,7 @@ def _record(actual: Any, expected: Any, i: int, *, op: str, dtype: str, hardware
                         run_index=i, labels=labels, covariates=covariates,
                         sample_size=sample_size, rng=rng)
     rec.op_stats = op_stats
+    rec.ref_fingerprint = reference_fingerprint(as_array(expected, name="expected"))
     return rec
 
 

@@ -31,10 +31,12 @@ import xarray as xr
 
 from ._util import NotEnoughData
 from .certify import CertifyResult, GroupCertificate, certify, split_units
-from .dataset import covariate_names, label_names
+from .dataset import RunUnits, run_units
+from .decision import run_values
 from .estimators.orderstat import order_statistic_min_n
 from .noise import score_statistic_names
-from .statistics import OP_UNIT_FLOOR, dataset_op_statistics, get as get_statistic
+from .scale import ScaleModel
+from .statistics import OP_UNIT_FLOOR, dataset_op_statistics
 
 __all__ = ["CERTIFIED_FORMS", "has_op_statistics", "certified_groups"]
 
@@ -52,26 +54,16 @@ def _label(key: tuple[str, ...]) -> str:
     return "(" + ", ".join(key) + ")"
 
 
-def _unit_labels(ds: xr.Dataset, cluster: str | None) -> np.ndarray | None:
-    if cluster is None:
-        return None
-    if cluster not in ds.variables:
-        raise ValueError(f"cluster={cluster!r} is not a run label of the error dataset; labels are "
-                         f"{label_names(ds)}")
-    return np.asarray(ds[cluster].values).astype(str)
+def _engine_units(ds: xr.Dataset, cluster: str | None, codes: np.ndarray) -> tuple[np.ndarray | None, RunUnits]:
+    """Unit labels for :func:`tolstat.certify.certify` (None: every run is its own unit) and the units.
 
-
-def _dedup_covariates(ds: xr.Dataset, cluster: str | None) -> np.ndarray:
-    """One integer per run coding its covariates and labels (equal codes: equal covariates),
-    which tell exact duplicate runs apart."""
-    names = [c for c in covariate_names(ds) if c in ds] + [c for c in label_names(ds) if c in ds and c != cluster]
-    code = np.zeros(ds.sizes["run"], dtype=np.int64)
-    for c in names + ["op", "dtype", "hardware"]:
-        if c in ds:
-            u, inv = np.unique(np.asarray(ds[c].values), return_inverse=True)
-            # combine, then renumber densely (no overflow however many columns)
-            code = np.unique(code * np.int64(u.size) + inv.ravel(), return_inverse=True)[1].ravel()
-    return code.astype(np.int64)
+    Units are defined once (:func:`tolstat.dataset.run_units`): a declared cluster and runs
+    that share a reference fingerprint (the same inputs) are one unit each.
+    """
+    u = run_units(ds, cluster, groups=codes)
+    if cluster is None and not u.collapsed:
+        return None, u
+    return u.ids, u
 
 
 def _op_names(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray) -> tuple[list[str], np.ndarray]:
@@ -93,41 +85,43 @@ def _op_names(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray
 
 
 def _certify_kwargs(a: float, g: float, seed: int, pooling: bool, norm_quantile: float,
-                    keys: Sequence[tuple[str, ...]]) -> dict[str, Any]:
-    # a pool of several operators uses each group's own normalisers (operators differ in how
-    # their statistics spread, so scores are pooled in units of each group's own spread);
-    # groups of one operator (other dtypes or hardware) share the pool's normalisers
-    own = len({k[0] for k in keys}) > 1
+                    keys: Sequence[tuple[str, ...]], operator: bool = True) -> dict[str, Any]:
+    # a pool of several operators of the operator form uses each group's own normalisers
+    # (operators differ in how their statistics spread, so scores are pooled in units of
+    # each group's own spread); groups of one operator (other dtypes or hardware) share the
+    # pool's normalisers, and so do the one-statistic forms, whose scores are already in
+    # the units of each group's scale (the exchangeability test decides who pools)
+    own = operator and len({k[0] for k in keys}) > 1
     return dict(fp_budget=a, confidence=g, seed=seed, pooling=pooling, norm_quantile=norm_quantile,
                 on_refusal="record", pool_normalisers="own" if own else "shared")
 
 
 def _operator(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray, a: float, g: float, *,
-              cluster: str | None, pooling: bool, seed: int, norm_quantile: float) -> tuple[CertifyResult, dict]:
+              cluster: str | None, pooling: bool, seed: int,
+              norm_quantile: float) -> tuple[CertifyResult, dict, RunUnits]:
     union, use = _op_names(ds, keys, codes)
     raw = dataset_op_statistics(ds, union)
     stats = {n: np.where(use[:, j], raw[n], np.nan) for j, n in enumerate(union)}
     glab = np.array([_label(k) for k in keys], dtype=object)[codes]
     floor = {n: (1.0 if n in OP_UNIT_FLOOR else 0.0) for n in union}
-    res = certify(stats, glab, cluster=_unit_labels(ds, cluster), covariates=_dedup_covariates(ds, cluster),
-                  floor=floor, **_certify_kwargs(a, g, seed, pooling, norm_quantile, keys))
+    labels, units = _engine_units(ds, cluster, codes)
+    res = certify(stats, glab, cluster=labels, floor=floor, **_certify_kwargs(a, g, seed, pooling, norm_quantile, keys))
     rowwise = {}
     for gi, key in enumerate(keys):
         sel = codes == gi
         rowwise[_label(key)] = bool("op_row_rms_max" in ds
                                     and not np.isnan(np.asarray(ds["op_row_rms_max"].values)[sel]).all())
-    return res, rowwise
+    return res, rowwise, units
 
 
 def _n_fit(n: int, nmin: int) -> int:
-    """Runs (units) that fit the scale model in the auto path: 20 %, 10 to 200, fewer when
-    that lets the rest reach the order statistic's minimum."""
-    if n < 4:
-        return 0
+    """Units that fit the scale model: 20 %, 10 to 200; fewer (down to 10) when that keeps
+    ``nmin`` units for the order statistic; else 0 (the fit-free scale,
+    :meth:`tolstat.ScaleModel.fit_free`), so that no group is refused for the fit."""
     k = min(200, max(10, round(0.2 * n)))
-    if n - k < nmin <= n - 2:
-        k = n - nmin
-    return int(min(k, n // 2))
+    if n - k >= nmin:
+        return int(k)
+    return int(n - nmin) if n - nmin >= 10 else 0
 
 
 def _pick_form(fit: xr.Dataset, scale: Any, seed: int) -> tuple[str, str]:
@@ -143,8 +137,8 @@ def _pick_form(fit: xr.Dataset, scale: Any, seed: int) -> tuple[str, str]:
         except (ValueError, np.linalg.LinAlgError) as exc:
             spread[form] = (math.inf, str(exc))
             continue
-        s = get_statistic("max_score").run_scores(fit.isel(run=i2), model).scores
-        s = s[np.isfinite(s)]
+        s = run_values(fit.isel(run=i2), "max_score", model)
+        s = s[np.isfinite(s) & (s > 0)]  # correctly rounded runs pass every form alike
         med = float(np.median(s)) if s.size else 0.0
         spread[form] = (float(np.quantile(s, 0.9)) / med if med > 0 else math.inf, "")
     best = min(spread, key=lambda f: spread[f][0])
@@ -154,29 +148,36 @@ def _pick_form(fit: xr.Dataset, scale: Any, seed: int) -> tuple[str, str]:
 
 
 def _scale_forms(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray, a: float, g: float, *,
-                 cluster: str | None, pooling: bool, seed: int, scale: Any) -> tuple[CertifyResult, dict]:
+                 cluster: str | None, pooling: bool, seed: int, scale: Any,
+                 form: str = "auto") -> tuple[CertifyResult, dict, RunUnits]:
+    """Scale forms: the model fitted on a part A of the units (``form="auto"``: the better of
+    allclose and size_aware, chosen on A), ``max_score`` certified on the other units."""
     nmin = order_statistic_min_n(1.0 - a, g)
-    units = _unit_labels(ds, cluster)
+    labels, units = _engine_units(ds, cluster, codes)
     scores, glab, clab, models = [], [], [], {}
     for gi, key in enumerate(keys):
         idx = np.flatnonzero(codes == gi)
-        u = np.asarray(idx.astype(str) if units is None else units[idx])
-        names, inv = np.unique(u, return_inverse=True)
+        names, inv = np.unique(units.ids[idx], return_inverse=True)
         iA, _ = split_units(names.size, _n_fit(names.size, nmin), seed)
         inA = np.isin(inv, iA)
         fit, cal = ds.isel(run=idx[inA]), ds.isel(run=idx[~inA])
-        form, why = _pick_form(fit, scale, seed) if fit.sizes["run"] else ("allclose", "allclose: no fitting runs")
-        model = scale.fit(fit if fit.sizes["run"] else cal, form, seed=seed)
-        if not fit.sizes["run"]:
-            why += " (fitted on the calibration runs: the order statistic's promise then does not hold exactly)"
-        models[_label(key)] = (form, why, model, int(inA.sum()))
-        scores.append(get_statistic("max_score").run_scores(cal, model).scores)
+        if fit.sizes["run"]:
+            fname, why = _pick_form(fit, scale, seed) if form == "auto" else (form, f"{form}: requested")
+            model = scale.fit(fit, fname, seed=seed)
+            why += f"; fitted on {iA.size} units not used for the threshold"
+        else:
+            fname, model = "fit_free", ScaleModel.fit_free(key[1])
+            why = (f"fit_free: {names.size} units, too few to fit a scale and keep {nmin} for the order statistic "
+                   "(or for pooling); eps * (|ref| + ref_rms) needs no fitting run, so every unit certifies")
+        models[_label(key)] = (fname, why, model, int(inA.sum()))
+        scores.append(run_values(cal, "max_score", model))
         glab += [_label(key)] * cal.sizes["run"]
-        clab += list(u[~inA])
+        if labels is not None:
+            clab += list(labels[idx[~inA]])
     res = certify({"max_score": np.concatenate(scores)}, np.array(glab, dtype=object),
-                  cluster=np.array(clab, dtype=object) if units is not None else None,
-                  **_certify_kwargs(a, g, seed, pooling, 0.9, keys))
-    return res, models
+                  cluster=np.array(clab) if labels is not None else None,
+                  **_certify_kwargs(a, g, seed, pooling, 0.9, keys, operator=False))
+    return res, models, units
 
 
 def _stat_entry(c: GroupCertificate | None, exc: NotEnoughData | None, a: float, g: float) -> dict[str, Any]:
@@ -184,7 +185,13 @@ def _stat_entry(c: GroupCertificate | None, exc: NotEnoughData | None, a: float,
         return {"threshold": math.nan, "estimate": math.nan, "budget": a, "confidence": g, "method": "refused",
                 "reason": str(exc), "tail": {}, "top_scores": []}
     return {"threshold": c.threshold, "estimate": math.nan, "budget": a, "confidence": g, "method": c.method,
-            "reason": c.reason, "tail": {}, "top_scores": []}
+            "reason": c.reason, "tail": {}, "top_scores": list(c.top_scores)}
+
+
+def _units_record(units: RunUnits, sel: np.ndarray) -> dict[str, Any]:
+    """How a group's runs became independent units (the table records it)."""
+    ids = units.ids[sel]
+    return {"n_runs": int(ids.size), "n_units": int(np.unique(ids).size), "by": units.by}
 
 
 def _certificate(c: GroupCertificate | None, exc: NotEnoughData | None, form: str, why: str) -> dict[str, Any]:
@@ -200,17 +207,40 @@ def _certificate(c: GroupCertificate | None, exc: NotEnoughData | None, form: st
     return out
 
 
-def certified_groups(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray, *, form: str,
+def _plain(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray, a: float, g: float, *,
+           statistic: str, cluster: str | None, pooling: bool, seed: int) -> tuple[CertifyResult, RunUnits]:
+    """``form=None``: the plain statistic of every run, certified as it is (no fit, no split)."""
+    labels, units = _engine_units(ds, cluster, codes)
+    glab = np.array([_label(k) for k in keys], dtype=object)[codes]
+    res = certify({statistic: run_values(ds, statistic)}, glab, cluster=labels,
+                  **_certify_kwargs(a, g, seed, pooling, 1.0, keys, operator=False))
+    return res, units
+
+
+def certified_groups(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray, *, form: str | None,
                      a: float, g: float, cluster: str | None = None, pooling: bool = True, seed: int = 0,
-                     scale: Any = None, norm_quantile: float = 1.0,
+                     scale: Any = None, norm_quantile: float = 1.0, statistic: str = "max_abs",
                      on_error: str = "raise") -> tuple[list[dict[str, Any]], str]:
-    """Table group dicts of the ``auto``/``operator`` forms and the table's statistic name."""
-    operator = form == "operator" or has_op_statistics(ds)
+    """Table group dicts of one :func:`tolstat.select` call and the table's statistic name.
+
+    The one calibration engine: every form is a score definition (the operator combined
+    score, a scale form's ``max_score``, a plain statistic) whose per-run decision values
+    (:func:`tolstat.decision.run_values`) are certified by :func:`tolstat.certify.certify`
+    on independent units (:func:`tolstat.dataset.run_units`).
+    """
+    operator = form == "operator" or (form == "auto" and has_op_statistics(ds))
+    models: dict[str, Any] = {}
     if operator:
-        res, rowwise = _operator(ds, keys, codes, a, g, cluster=cluster, pooling=pooling, seed=seed,
-                                 norm_quantile=norm_quantile)
+        res, rowwise, units = _operator(ds, keys, codes, a, g, cluster=cluster, pooling=pooling, seed=seed,
+                                        norm_quantile=norm_quantile)
+        name = "op_score"
+    elif form is None:
+        res, units = _plain(ds, keys, codes, a, g, statistic=statistic, cluster=cluster, pooling=pooling, seed=seed)
+        name = statistic
     else:
-        res, models = _scale_forms(ds, keys, codes, a, g, cluster=cluster, pooling=pooling, seed=seed, scale=scale)
+        res, models, units = _scale_forms(ds, keys, codes, a, g, cluster=cluster, pooling=pooling, seed=seed,
+                                          scale=scale, form=form)
+        name = "max_score"
     if res.refused and on_error == "raise":
         raise next(iter(res.refused.values()))
     need_k = "K" in ds
@@ -225,13 +255,19 @@ def certified_groups(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.
             cert = _certificate(c, exc, "operator", why)
             cert.update(rowwise=rowwise[lab], needs_magnitude=True, covariates=["K"] if need_k else [],
                         cluster=cluster)
-            entry["statistics"] = {"op_score": _stat_entry(c, exc, a, g)}
+        elif form is None:
+            cert = _certificate(c, exc, "plain", f"plain: the statistic {statistic} as it is (form=None)")
+            cert.update(cluster=cluster)
         else:
             fname, why, model, n_fit = models[lab]
             cert = _certificate(c, exc, fname, why)
             cert.update(n_fit=n_fit, cluster=cluster)
             entry["scale"] = model.to_dict()
-            entry["statistics"] = {"max_score": _stat_entry(c, exc, a, g)}
+        entry["statistics"] = {name: _stat_entry(c, exc, a, g)}
+        cert["units"] = _units_record(units, codes == gi)
+        if c is None and cert["units"]["n_units"] < cert["units"]["n_runs"]:
+            cert["reason"] += (f" ({cert['units']['n_runs']} runs are {cert['units']['n_units']} independent units: "
+                               f"runs that share a {cert['units']['by']} count once; more distinct inputs are needed)")
         entry["certificate"] = cert
         groups.append(entry)
-    return groups, ("op_score" if operator else "max_score")
+    return groups, name

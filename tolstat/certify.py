@@ -20,8 +20,9 @@ Steps, per group:
 2. **Split** (:func:`split_units`, :func:`fit_size`). A deterministic seeded split of the
    units into a fitting part A (normalisers) and a calibration part B (threshold).
    Conditional on A, the scores of B are i.i.d., so the order-statistic promise holds at
-   finite n. With one statistic no split is needed (``S`` is a monotone transform of ``T``,
-   which leaves every order-statistic rank unchanged), so no run is spent on A.
+   finite n. With one statistic no split is needed and no normaliser is fitted: ``q = 1``,
+   ``S = T``, so the threshold is in the statistic's own units (the number a check
+   compares, :mod:`tolstat.decision`), and no run is spent on A.
 3. **Threshold** on ``S`` from B (:func:`certify`): the distribution-free order statistic
    (PAC) when B is large enough; else partial pooling with other groups whose scores are
    exchangeable with the group's (a test that can refuse, Holm-controlled); an exact op (all
@@ -58,6 +59,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import stats as _st
 
+from ._inference import clopper_pearson_upper, holm
 from ._util import NotEnoughData
 from ._validate import unit_interval as _unit_interval
 from .noise import combined_score
@@ -86,6 +88,8 @@ __all__ = [
 
 #: threshold rules :func:`certify` accepts
 RULES = ("order_statistic", "conformal")
+#: calibration scores kept per group (largest first) for re-budgeting
+TOP_SCORES = 256
 
 
 class UnreachableThresholdWarning(UserWarning):
@@ -472,6 +476,9 @@ class GroupCertificate:
     reason: str = ""
     flags: tuple[str, ...] = ()
     unreachable: tuple[str, ...] = ()
+    #: the largest calibration scores (at most :data:`TOP_SCORES`, descending) of an
+    #: ``order_statistic`` group: what a smaller budget's threshold needs (re-budgeting)
+    top_scores: tuple[float, ...] = ()
 
     def score(self, stats: Mapping[str, Any], *, which: bool = False) -> Any:
         """:func:`score` with this group's normalisers."""
@@ -571,20 +578,6 @@ def _pool_p_shape(x: np.ndarray, rest: np.ndarray) -> float:
         k, kr = int((x > t).sum()), int((rest > t).sum())
         ps.append(float(_st.fisher_exact([[k, x.size - k], [kr, rest.size - kr]], alternative="greater").pvalue))
     return min(1.0, len(ps) * min(ps))
-
-
-def _holm(p: np.ndarray) -> np.ndarray:
-    """Holm step-down adjusted p-values (parity with statsmodels ``multipletests(method='holm')``
-    is tested; written out because that call spends most of its time in ``gc.collect``)."""
-    p = np.asarray(p, dtype=np.float64)
-    m = p.size
-    if m == 0:
-        return p
-    o = np.argsort(p, kind="stable")
-    adj = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[o]))
-    out = np.empty(m)
-    out[o] = adj
-    return out
 
 
 def certify(
@@ -856,8 +849,10 @@ def _group_infos(ctx: _Ctx, m: np.ndarray, glab: np.ndarray, clab: Any, cov: Any
             # the pool compares the positive scores of groups that differ in their share of
             # exact runs: balance the statistics on the positive units of A only
             fitpart = fitpart[np.nanmax(fitpart, axis=1) > 0]
-        q = fit_normalisers(fitpart, quantile=ctx.norm_quantile, resolution=dict(zip(an, ctx.floors[active])),
-                            names=an)
+        # one statistic: the score is the statistic itself (q = 1), so the threshold is in the
+        # statistic's own units, the number a check compares (tolstat.decision)
+        q = np.ones(1) if v.shape[1] == 1 else fit_normalisers(
+            fitpart, quantile=ctx.norm_quantile, resolution=dict(zip(an, ctx.floors[active])), names=an)
         info[str(gname)] = dict(units=u, v=v, names=an, active=active, exact=bool(np.nanmax(v) == 0.0), iA=iA,
                                 iB=iB, q=q, key=None if pool_by is None else pool_by.get(gname, pool_by.get(str(gname))))
     return info
@@ -865,7 +860,8 @@ def _group_infos(ctx: _Ctx, m: np.ndarray, glab: np.ndarray, clab: Any, cov: Any
 
 def _finish(ctx: _Ctx, gname: str, raw: float, method: str, guarantee: str, q: np.ndarray, an: tuple[str, ...],
             rank: int, n_scores: int, reason: str, pool: tuple[str, ...] = (), pool_p: float = math.nan,
-            split: tuple[int, int] | None = None, extra_flags: tuple[str, ...] = ()) -> None:
+            split: tuple[int, int] | None = None, extra_flags: tuple[str, ...] = (),
+            top: tuple[float, ...] = ()) -> None:
     """Apply the floor, flag unreachable statistics and record the group's certificate."""
     d = ctx.info[gname]
     n_fit, n_cal = split if split is not None else (int(d["iA"].size), int(d["iB"].size))
@@ -894,7 +890,7 @@ def _finish(ctx: _Ctx, gname: str, raw: float, method: str, guarantee: str, q: n
         normalisers={str(nm): float(x) for nm, x in zip(an, q)}, floor=s_floor, n_runs=u.n_runs, n_units=u.n,
         n_duplicates=u.n_duplicates, n_clusters=u.n_clusters, n_fit=n_fit,
         n_cal=n_cal, rank=int(rank), n_scores=int(n_scores), pool=pool, pool_p=pool_p,
-        reason=reason, flags=tuple(flags), unreachable=unreach)
+        reason=reason, flags=tuple(flags), unreachable=unreach, top_scores=top)
 
 
 def _own_thresholds(ctx: _Ctx) -> list[str]:
@@ -906,9 +902,11 @@ def _own_thresholds(ctx: _Ctx) -> list[str]:
         nB = iB.size
         if d["exact"] and nB < nmin:
             _finish(ctx, gname, 0.0, "exact", (
-                f"no probabilistic promise: all {u.n} independent units had every statistic exactly 0 (an exact op); "
-                "the threshold is the resolution floor, so a correctly rounded output passes and any error above "
-                "the floor fails"), q, an, 0, 0,
+                f"not the budget {a:g}: all {u.n} independent units had every statistic exactly 0 (an exact op), "
+                f"fewer than the {nmin} the budget needs; the threshold is the resolution floor, so a correctly "
+                "rounded output passes and any error above the floor fails. Distribution-free: with probability "
+                f">= {g:g} the share of correct runs above the floor is <= {_max_bound(u.n, g):.3g} (none of "
+                f"{u.n} independent units was)"), q, an, 0, 0,
                 f"exact: all {u.n} units exactly 0; {nmin} would be needed for the {rule.replace('_', ' ')}")
             continue
         if nB < nmin:
@@ -920,12 +918,14 @@ def _own_thresholds(ctx: _Ctx) -> list[str]:
         if rule == "order_statistic":
             guar = _guarantee_pac(a, g, nB, r, clusters=ctx.clusters_declared)
             reason = (f"order statistic: {nB} calibration units >= {nmin} needed for budget {a:g} at "
-                      f"confidence {g:g}; {int(d['iA'].size)} units fitted the normalisers")
+                      f"confidence {g:g}" + (f"; {int(d['iA'].size)} units fitted the normalisers" if v.shape[1] > 1
+                                             else ""))
         else:
             guar = (f"marginal (split conformal): P(check of a new correct run fails) <= {a:g} averaged over "
                     "calibration sets; no confidence level; assumes exchangeable units")
             reason = f"split conformal: rank ceil((n+1)(1-a)) = {r} of {nB} scores"
-        _finish(ctx, gname, thr, rule, guar, q, an, r, nB, reason)
+        top = tuple(float(x) for x in np.sort(s)[::-1][:TOP_SCORES]) if rule == "order_statistic" else ()
+        _finish(ctx, gname, thr, rule, guar, q, an, r, nB, reason, top=top)
     return small
 
 
@@ -965,8 +965,9 @@ def _pool_scores(ctx: _Ctx, members: list[str], cols: list[int], names_union: tu
         fitparts[gn], calparts[gn] = full[iA], full[iB]
     if len(cols) <= 1:
         fitparts = {gn: ctx.info[gn]["units"].values[:, cols] for gn in members}
-    qP = fit_normalisers(np.vstack(list(fitparts.values())), quantile=ctx.norm_quantile,
-                         resolution=dict(zip(names_union, ctx.floors[cols])), names=names_union)
+    qP = np.ones(1) if len(cols) <= 1 else fit_normalisers(
+        np.vstack(list(fitparts.values())), quantile=ctx.norm_quantile,
+        resolution=dict(zip(names_union, ctx.floors[cols])), names=names_union)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         scores = {gn: np.nanmax(calparts[gn] / qP, axis=1) for gn in members}
@@ -1019,7 +1020,7 @@ def _pool_members(scores: Mapping[str, np.ndarray], members: list[str], test: An
     testable = [gn for gn in members if scores[gn].size >= min_test_units
                 or (few and _can_refuse(scores[gn], rest(gn), test, len(members), pool_alpha))]
     raw_p = np.array([test(scores[gn], rest(gn)) for gn in testable])
-    adj = dict(zip(testable, _holm(raw_p)))
+    adj = dict(zip(testable, holm(raw_p)))
     return adj, [gn for gn in members if gn in adj and adj[gn] > pool_alpha]
 
 
@@ -1051,7 +1052,7 @@ def _pool_own(ctx: _Ctx, members: list[str], need_here: list[str], *, min_pool: 
     for s in need_here:
         d = ctx.info[s]
         nB, nU, k = int(d["iB"].size), int(d["units"].n), int(d["n_pos"])
-        pi_u = 1.0 if k >= nU else float(_st.beta.ppf(1.0 - third, k + 1, nU - k))
+        pi_u = clopper_pearson_upper(k, nU, 1.0 - third)
         a_c = min(1.0, a / pi_u)
         if a_c < 1.0 and _pool_refusal(ctx, s, adj, pooled, ok, min_pool, min_test_units, pool_alpha,
                                        need_n=order_statistic_min_n(1.0 - a_c, 1.0 - third)):

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from . import _validate
+from ._util import group_rows
 from ._dtypes import canonical_dtype
 from .dataset import BUILTIN_COVARIATES
 from .metrics import ErrorMetrics, as_array, error_metrics
@@ -23,9 +24,10 @@ from .statistics import get as get_statistic
 from .statistics import metric_covariates, op_score, pair_op_statistics
 from .noise import noise_scale
 from .table import ToleranceEntry, ToleranceTable
+from .decision import entry_failed_runs, exceeds, pair_is_correctly_rounded, pair_value
 from ._fastcheck import cached_entry, fast_check
 
-__all__ = ["CheckResult", "check", "check_metrics", "assert_close"]
+__all__ = ["CheckResult", "check", "check_runs", "check_metrics", "assert_close"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ class CheckResult:
     methods: dict[str, str] = field(default_factory=dict)
     n_calibration: int = 0
     guarantee: str = ""
+    #: every element is the reference rounded to nearest: the output passes every threshold
+    correctly_rounded: bool = False
 
     def __bool__(self) -> bool:
         return self.passed
@@ -182,9 +186,10 @@ def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceE
     The step of :func:`check` after the table lookup and :func:`tolstat.error_metrics`
     (for callers that have both, e.g. :mod:`tolstat.evaluate`). ``covariates`` are the
     user's run covariates; the built-in ones (``ref_rms``, ...) are added from ``m``.
-    Elements equal to the reference rounded to nearest in the output format never fail
-    the max-error threshold (a correctly rounded result always passes; this only lowers
-    the false-positive rate); the reported statistic is still the registry's value.
+    The values compared with the thresholds are the decision values of
+    :mod:`tolstat.decision`, the numbers the calibration certified: the registry's
+    statistics, and 0 for a correctly rounded output (every element the reference rounded
+    to nearest in the output format), which therefore passes every threshold.
     """
     ent = entry
     if ent.operator:
@@ -194,21 +199,20 @@ def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceE
     c = ent.statistics[name].threshold
     max_stat = get_statistic(name)
     elem = max_stat.elements(m, ent.scale, cov, ent.dtype)
-    # elements equal to the correctly rounded reference never fail (the resolution floor)
-    beyond = np.where(np.asarray(m.ulp).reshape(elem.shape) == 0, 0.0, elem)
     allowed = max_stat.allowed(m, c, ent.scale, cov, ent.dtype)
     worst = int(np.argmax(elem))
-    values = {name: float(elem[worst])}
+    # the decision values (tolstat.decision): the statistics, 0 for a correctly rounded output
+    cr = pair_is_correctly_rounded(m)
+    values = {name: 0.0 if cr else float(elem[worst])}
     for k in ent.statistics:
         if k != name:
-            values[k] = get_statistic(k).value(m, ent.scale, cov, ent.dtype)
+            values[k] = pair_value(m, k, ent.scale, cov, ent.dtype)
     thresholds = {k: ent.statistics[k].threshold for k in values}
     ratios = {}
     for k, v in values.items():
         t = thresholds[k]
         ratios[k] = v / t if t > 0 else (0.0 if v == 0 else math.inf)
-    failed = tuple(k for k, v in values.items()
-                   if not (float(np.max(beyond, initial=0.0)) if k == name else v) <= thresholds[k])
+    failed = tuple(k for k, v in values.items() if exceeds(v, thresholds[k]))
     probs, notes = {}, {}
     for k, v in values.items():
         probs[k], notes[k] = exceedance_probability(v, ent.statistics[k])
@@ -216,7 +220,7 @@ def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceE
     idx = tuple(int(i) for i in np.unravel_index(worst, shape)) if shape else ()
     a64 = np.asarray(actual, dtype=np.float64).ravel()
     e64 = np.asarray(expected, dtype=np.float64).ravel()
-    n_exc = int(np.sum(beyond > c))
+    n_exc = 0 if cr else int(np.sum(elem > c))
     try:
         atol, rtol = ent.allclose(cov)
     except (ValueError, KeyError):
@@ -230,6 +234,7 @@ def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceE
         n_elements=m.n_elements, n_exceeding=n_exc, n_nonfinite=m.n_nonfinite, atol=atol, rtol=rtol,
         fp_budget=ent.fp_budget, confidence=ent.confidence,
         methods={k: ent.statistics[k].method for k in values}, n_calibration=ent.n,
+        guarantee=str((ent.certificate or {}).get("guarantee", "")), correctly_rounded=cr,
     )
 
 
@@ -279,7 +284,7 @@ def _check_operator(m: ErrorMetrics, actual: Any, expected: Any, ent: ToleranceE
             + (f"; {which} trips first" if which else ""))
     shape = m.shape
     return CheckResult(
-        passed=not s > thr, op=ent.op, dtype=ent.dtype, hardware=ent.hardware, fallback=ent.fallback,
+        passed=not bool(exceeds(s, thr)), op=ent.op, dtype=ent.dtype, hardware=ent.hardware, fallback=ent.fallback,
         statistics=values, thresholds=thresholds, ratios=ratios,
         probabilities={k: math.nan for k in values}, notes={k: note for k in values}, failed=failed,
         worst_index=tuple(int(i) for i in np.unravel_index(worst, shape)) if shape else (),
@@ -290,7 +295,7 @@ def _check_operator(m: ErrorMetrics, actual: Any, expected: Any, ent: ToleranceE
         n_elements=m.n_elements, n_exceeding=int(np.sum(m.abs.ravel() > allowed)), n_nonfinite=m.n_nonfinite,
         atol=math.nan, rtol=math.nan, fp_budget=ent.fp_budget, confidence=ent.confidence,
         methods={k: ent.statistics["op_score"].method for k in values}, n_calibration=ent.n,
-        guarantee=str(cert.get("guarantee", "")),
+        guarantee=str(cert.get("guarantee", "")), correctly_rounded=pair_is_correctly_rounded(m),
     )
 
 
@@ -324,8 +329,12 @@ def _message(r: CheckResult) -> str:
     allowed = "" if not math.isfinite(r.worst_allowed) else f", allowed {r.worst_allowed:.4g}"
     lines.append(f"  worst element at index ({idx}): actual={r.worst_actual!r}, expected={r.worst_expected!r} "
                  f"(|d|={r.worst_error:.4g}{allowed})")
-    lines.append(f"  {r.n_exceeding} of {r.n_elements} elements exceed their allowance"
-                 + (f"; {r.n_nonfinite} non-finite outputs" if r.n_nonfinite else ""))
+    if r.correctly_rounded:
+        lines.append("  the output is correctly rounded (every element is the reference rounded to nearest): "
+                     "it passes every threshold")
+    else:
+        lines.append(f"  {r.n_exceeding} of {r.n_elements} elements exceed their allowance"
+                     + (f"; {r.n_nonfinite} non-finite outputs" if r.n_nonfinite else ""))
     noted = set()
     for k in (r.failed or tuple(r.statistics)[:1]):
         if math.isnan(r.probabilities[k]):
@@ -337,7 +346,10 @@ def _message(r: CheckResult) -> str:
                      f"({r.notes[k]})")
     if r.guarantee:
         lines.append(f"  guarantee of this threshold: {r.guarantee}")
-    if "conformal" in r.methods.values():
+    if "exact" in r.methods.values():
+        lines.append(f"  (this group is exact: the table does not promise its budget {r.fp_budget:g} here; see the "
+                     "guarantee above)")
+    elif "conformal" in r.methods.values():
         lines.append(f"  (the table promises a marginal false-positive rate <= {r.fp_budget:g} per check, averaged "
                      "over calibration sets: split conformal, no confidence level)")
     else:
@@ -382,3 +394,48 @@ def assert_close(
         text = r.message()
         raise AssertionError(f"{msg}\n{text}" if msg else text)
     return r
+
+
+def check_runs(errors: Any, table: ToleranceTable, *, hardware_policy: str | None = None) -> np.ndarray:
+    """Pass/fail of every run of an error dataset, as :func:`check` decides it.
+
+    The vectorised form of :func:`check` for many recorded runs (held-out or CI records):
+    run ``i`` passes exactly when ``check(actual_i, expected_i, ...)`` of the pair it was
+    recorded from passes (the same decision values, :mod:`tolstat.decision`; tested run
+    by run). Each run's table group is looked up from its ``op``, ``dtype`` and
+    ``hardware`` labels as :meth:`ToleranceTable.entry` does.
+
+    Parameters
+    ----------
+    errors : xarray.Dataset
+        Error dataset (``tolstat.from_pairs``, ``tolstat.collect``, ``tolstat.open_errors``).
+        Operator-form groups need its operator statistics (collected with ``magnitude=``).
+    table : ToleranceTable
+    hardware_policy : {None, "exact", "pooled", "nearest", "error"}
+        As in :func:`check`.
+
+    Returns
+    -------
+    numpy.ndarray of bool
+        True where the run passes.
+
+    Raises
+    ------
+    KeyError
+        A run has no table group.
+    ValueError
+        A group was refused at calibration, or the dataset lacks what its decision needs.
+    """
+    from .dataset import validate
+
+    if not isinstance(table, ToleranceTable):
+        raise TypeError(f"table must be a ToleranceTable, got {type(table).__name__}")
+    ds = validate(errors)
+    groups = group_rows([np.asarray(ds[k].values).astype(str) for k in ("op", "dtype", "hardware")])
+    passed = np.ones(ds.sizes["run"], dtype=bool)
+    for j, (op, dt, hw) in enumerate(groups.keys()):
+        idx = np.flatnonzero(groups.codes == j)
+        ent = cached_entry(table, str(op), str(dt), str(hw), hardware_policy=hardware_policy)
+        sub = ds.isel(run=idx) if idx.size != ds.sizes["run"] else ds
+        passed[idx] = ~entry_failed_runs(sub, ent)
+    return passed

@@ -60,7 +60,8 @@ from scipy import stats as _st
 from ._version import __version__
 from .dataset import concat, validate
 from .scale import ScaleModel, run_scores
-from .statistics import get as get_statistic
+from ._inference import budget_verdict, clopper_pearson as _cp
+from .decision import entry_run_values, exceeds
 from ._util import ANY
 from .selection import select
 
@@ -174,12 +175,15 @@ def _split_key(k: str) -> tuple[str, str, str]:
 
 
 def _ratio(x: np.ndarray, thr: float) -> np.ndarray:
-    """``x / thr`` with ``0/0 = 0`` (a zero threshold passes only exact results)."""
+    """``x / thr`` with ``0/0 = 0`` (a zero threshold passes only exact results), such that
+    ``ratio > 1`` exactly when the check's comparison (:func:`tolstat.decision.exceeds`) fails."""
     x = np.asarray(x, dtype=np.float64)
     if thr == 0.0:
-        return np.where(x > 0, np.inf, 0.0)
+        return np.where(x > 0, np.inf, np.where(np.isnan(x), np.nan, 0.0))
     with np.errstate(invalid="ignore", divide="ignore"):
-        return x / thr
+        r = x / thr
+    over = exceeds(x, thr)
+    return np.where(over, np.maximum(r, np.nextafter(1.0, 2.0)), np.where(np.isnan(x), np.nan, np.minimum(r, 1.0)))
 
 
 def _per_block(ds: xr.Dataset, fn: Any, sample_vars: Sequence[str]) -> np.ndarray:
@@ -312,15 +316,15 @@ class SelectRule(Rule):
         bad = [k for k in options if k in _SELECT_RESERVED]
         if bad:
             raise ValueError(f"method {name!r}: {bad} are set by compare itself (budgets=, confidence=, by=)")
-        # form=None unless given: compare scores held-out runs from the dataset's run variables,
-        # which the operator form (select's default) does not define per statistic here
-        self.name, self.options = name, {"form": None, **options}
+        # select's own defaults unless given: held-out runs are scored with the decision values
+        # of tolstat.decision, the numbers tolstat.check compares, for every form
+        self.name, self.options = name, dict(options)
 
     @property
     def unit(self) -> str:  # type: ignore[override]
         """``max_score`` with a noise-scale form, else the first max-error statistic."""
-        if self.options.get("form") in ("auto", "operator"):
-            return "op_score"
+        if self.options.get("form", "auto") in ("auto", "operator"):
+            return "op_score or max_score (the default form)"
         if self.options.get("form") is not None:
             return "max_score"
         stat = self.options.get("statistic", "max_abs")
@@ -341,7 +345,7 @@ class SelectRule(Rule):
                 reasons[key] = str(d["reason"].values[i, refused[0]])
 
         def score(ds: xr.Dataset) -> np.ndarray:
-            need = ("sample_abs", "sample_ref") if self.options.get("form") not in (None, "auto", "operator") else ()
+            need = ("sample_abs", "sample_ref") if self.options.get("form", "auto") is not None else ()
             return _per_block(ds, score_block, need)
 
         def score_block(ds: xr.Dataset) -> np.ndarray:
@@ -355,10 +359,9 @@ class SelectRule(Rule):
                 idx = np.flatnonzero(kk == k)
                 sub = ds.isel(run=idx) if idx.size != kk.size else ds
                 r = np.zeros(idx.size)
-                for name, st in ent.statistics.items():  # each as select calibrated it (the registry)
-                    stat = get_statistic(name)
-                    x = stat.run_scores(sub, ent.certificate if stat.kind == "score" else ent.scale).scores
-                    r = np.maximum(r, _ratio(x, st.threshold))
+                # the decision values check compares (tolstat.decision), as select certified them
+                for name, x in entry_run_values(sub, ent).items():
+                    r = np.maximum(r, _ratio(x, ent.statistics[name].threshold))
                 out[idx] = r
             return out
 
@@ -381,11 +384,11 @@ METHODS: dict[str, Any] = {
     "atol=rtol=1e-2": lambda: StaticRule("atol=rtol=1e-2", {d: (1e-2, 1e-2) for d in TORCH_DEFAULTS}),
     "study": lambda: StudyRule("study"),
     "tolstat": lambda: SelectRule("tolstat"),
-    "tolstat-max_abs": lambda: SelectRule("tolstat-max_abs", statistic="max_abs"),
-    "tolstat-max_ulp": lambda: SelectRule("tolstat-max_ulp", statistic="max_ulp"),
+    "tolstat-max_abs": lambda: SelectRule("tolstat-max_abs", form=None, statistic="max_abs"),
+    "tolstat-max_ulp": lambda: SelectRule("tolstat-max_ulp", form=None, statistic="max_ulp"),
     "tolstat-allclose": lambda: SelectRule("tolstat-allclose", form="allclose"),
     "tolstat-size_aware": lambda: SelectRule("tolstat-size_aware", form="size_aware"),
-    "tolstat-max_abs+bias": lambda: SelectRule("tolstat-max_abs+bias", statistic=("max_abs", "bias")),
+    "tolstat-max_abs+bias": lambda: SelectRule("tolstat-max_abs+bias", form=None, statistic=("max_abs", "bias")),
 }
 #: methods compared by default
 DEFAULT_METHODS = ("torch-defaults", "atol=rtol=1e-2", "study", "tolstat", "tolstat-allclose",
@@ -505,36 +508,6 @@ def assign_folds(units: np.ndarray, folds: int, seed: int) -> np.ndarray:
     fold_of = np.empty(u.size, dtype=np.int64)
     fold_of[perm] = np.arange(u.size) % folds
     return fold_of[inv.ravel()]
-
-
-def _cp(k: Any, n: Any, level: float) -> tuple[Any, Any]:
-    """Two-sided exact (Clopper-Pearson) interval of ``k`` successes in ``n`` trials.
-
-    The closed form with beta quantiles, vectorised; it is the interval of
-    ``scipy.stats.binomtest(k, n).proportion_ci(level, method="exact")`` (tested to
-    agree), without its per-call root finding. NaN where ``n == 0``.
-    """
-    k = np.asarray(k, dtype=np.float64)
-    n = np.asarray(n, dtype=np.float64)
-    a = (1.0 - level) / 2.0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        lo = np.where(k > 0, _st.beta.ppf(a, k, n - k + 1), 0.0)
-        hi = np.where(k < n, _st.beta.ppf(1.0 - a, k + 1, n - k), 1.0)
-    lo = np.where(n > 0, lo, np.nan)
-    hi = np.where(n > 0, hi, np.nan)
-    if lo.ndim == 0:
-        return float(lo), float(hi)
-    return lo, hi
-
-
-def _verdict(lo: float, hi: float, budget: float) -> str:
-    if math.isnan(hi):
-        return "no data"
-    if hi <= budget:
-        return "held"
-    if lo > budget:
-        return "broken"
-    return "consistent"
 
 
 # --------------------------------------------------------------------------- result
@@ -989,7 +962,7 @@ def _pool_folds(cells: _Cells, bl: list[float], g: float) -> dict[str, np.ndarra
     }
     p["fp_lo"], p["fp_hi"] = _cp(p["fp"], p["n_test"], g)
     for ix in np.ndindex(M, G, B):
-        p["verdict"][ix] = _verdict(p["fp_lo"][ix], p["fp_hi"][ix], bl[ix[2]])
+        p["verdict"][ix] = budget_verdict(p["fp_lo"][ix], p["fp_hi"][ix], bl[ix[2]])
         rs = cells.ratios.get(ix)
         if rs:
             p["tightness"][ix] = float(np.median(np.concatenate(rs)))
@@ -1081,7 +1054,7 @@ def _row(rule: Rule, budget: float, fp: int, n: int, level: float, tight: float,
         row["group"] = group
     row.update({
         "budget": budget, "n_runs": n_runs, "fp": fp, "n_test": n, "fp_rate": fp / n if n else math.nan,
-        "fp_lo": lo, "fp_hi": hi, "verdict": _verdict(lo, hi, budget), "tightness": tight,
+        "fp_lo": lo, "fp_hi": hi, "verdict": budget_verdict(lo, hi, budget), "tightness": tight,
         "stability": stab, "n_buggy": nb, "caught": caught, "recall": caught / nb if nb else math.nan,
         "refused_folds": refused_folds, "reason": reason,
     })

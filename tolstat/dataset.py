@@ -7,6 +7,7 @@ The schema is documented in ``docs/schema.md``; :func:`validate` enforces it.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import datetime as _dt
 from dataclasses import dataclass, field
@@ -38,6 +39,10 @@ __all__ = [
     "DuplicateRunsWarning",
     "duplicate_runs",
     "drop_duplicate_runs",
+    "FINGERPRINT",
+    "reference_fingerprint",
+    "run_units",
+    "RunUnits",
 ]
 
 SCHEMA_VERSION = 1
@@ -67,8 +72,11 @@ SAMPLE_VARS: dict[str, tuple[str, str]] = {
     "sample_ulp": ("ULP distance of sampled elements", "ulp"),
     "sample_ref": ("|expected| of sampled elements", "output units"),
 }
+#: optional run variable: a fingerprint of the run's float64 reference (equal references,
+#: equal fingerprints: runs of the same inputs), see :func:`reference_fingerprint`
+FINGERPRINT = "ref_fingerprint"
 RESERVED = set(SYSTEM_LABELS) | set(RUN_STATS) | set(SAMPLE_VARS) | {
-    "n_sample", "abs_quantile", "quantile", "run", "sample",
+    "n_sample", "abs_quantile", "quantile", "run", "sample", FINGERPRINT,
 }
 
 METRIC_DEFINITIONS = (
@@ -101,6 +109,8 @@ class RunRecord:
     samples: dict[str, np.ndarray] = field(default_factory=dict)
     #: whole-output statistics of the operator noise model (``tolstat.noise``); optional
     op_stats: dict[str, float] = field(default_factory=dict)
+    #: :func:`reference_fingerprint` of the run's reference; optional
+    ref_fingerprint: int | None = None
 
 
 def _fmt_shape(shape: Sequence[int]) -> str:
@@ -472,6 +482,9 @@ def build_dataset(
     )
     data.update(_covariate_vars(records, cov_keys))
     data.update(_op_stat_vars(records))
+    if all(r.ref_fingerprint is not None for r in records):
+        data[FINGERPRINT] = xr.Variable("run", np.array([r.ref_fingerprint for r in records], dtype=np.int64),
+                                        FINGERPRINT_ATTRS)
     n_sample = np.array([len(r.samples["sample_abs"]) for r in records], dtype=np.int64)
     if (n_sample > k).any():
         raise ValueError(f"a run has more samples ({n_sample.max()}) than sample_size={k}")
@@ -531,6 +544,94 @@ def _op_stat_vars(records: Sequence[RunRecord]) -> dict[str, xr.Variable]:
                         "units": "rounding-noise units", "role": "op_statistic"})
         for k in keys
     }
+
+
+FINGERPRINT_ATTRS = {"long_name": "fingerprint of the float64 reference (shape and bytes; equal: same inputs)",
+                     "role": "fingerprint"}
+
+
+def reference_fingerprint(expected: Any) -> int:
+    """A 64-bit fingerprint of a reference: its shape and its float64 bytes (blake2b).
+
+    Two runs with the same fingerprint have (up to a 2**-64 collision) identical float64
+    references: the same inputs, or inputs the reference cannot tell apart, which for a
+    check is the same thing. ``-0.0`` and ``0.0`` are one value.
+    """
+    e = np.ascontiguousarray(np.asarray(expected, dtype=np.float64)) + 0.0
+    h = hashlib.blake2b(digest_size=8)
+    h.update(repr(tuple(int(x) for x in e.shape)).encode())
+    h.update(e.tobytes())
+    return int.from_bytes(h.digest(), "little", signed=True)
+
+
+@dataclass(frozen=True)
+class RunUnits:
+    """Independent units of the runs of an error dataset (:func:`run_units`).
+
+    Attributes
+    ----------
+    ids : numpy.ndarray of int64
+        Per run, the index of the first run of its unit (runs of one unit share it).
+    n_runs, n_units : int
+    by : str
+        What joined runs into units (``"none"`` when every run is its own unit).
+    """
+
+    ids: np.ndarray
+    n_runs: int
+    n_units: int
+    by: str
+
+    @property
+    def collapsed(self) -> bool:
+        """True when some unit holds more than one run."""
+        return self.n_units < self.n_runs
+
+
+def run_units(ds: xr.Dataset, cluster: str | None = None, groups: np.ndarray | None = None) -> RunUnits:
+    """The independent units of an error dataset's runs, defined once for every path.
+
+    Runs are one unit when they share a declared ``cluster`` label, or a reference
+    fingerprint (:data:`FINGERPRINT`, stored at collection): the same inputs through
+    several correct variants, a parametrised test that reuses a seed, and exact duplicate
+    runs are not independent draws. Both relations join (connected components), within
+    each of ``groups`` (integer codes per run; default one group).
+
+    Raises
+    ------
+    ValueError
+        ``cluster`` is not a run label of ``ds``.
+    """
+    n = int(ds.sizes["run"])
+    keys, by = [], []
+    if cluster is not None:
+        if cluster not in ds.variables or ds[cluster].dims != ("run",):
+            raise ValueError(f"cluster={cluster!r} is not a run label of the error dataset; labels are "
+                             f"{label_names(ds)}")
+        keys.append(np.asarray(ds[cluster].values).astype(str))
+        by.append(f"cluster {cluster!r}")
+    if FINGERPRINT in ds:
+        keys.append(np.asarray(ds[FINGERPRINT].values, dtype=np.int64))
+        by.append("reference fingerprint")
+    if not keys or n < 2:
+        return RunUnits(np.arange(n, dtype=np.int64), n, n, "none")
+    g = np.zeros(n, dtype=np.int64) if groups is None else np.asarray(groups, dtype=np.int64)
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    rows, cols, off = [], [], n
+    for k in keys:
+        _, code = np.unique(np.rec.fromarrays([g, k]), return_inverse=True)
+        rows.append(np.arange(n))
+        cols.append(off + code.ravel())
+        off += int(code.max()) + 1
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    adj = coo_matrix((np.ones(r.size, dtype=np.int8), (r, c)), shape=(off, off))
+    _, comp = connected_components(adj, directed=False)
+    first = np.full(int(comp.max()) + 1, n, dtype=np.int64)
+    np.minimum.at(first, comp[:n], np.arange(n, dtype=np.int64))
+    ids = first[comp[:n]]
+    return RunUnits(ids, n, int(np.unique(ids).size), " and ".join(by))
 
 
 def label_names(ds: xr.Dataset) -> list[str]:

@@ -20,7 +20,7 @@ Protocol
    the calibration data.
 4. **Report.** Recall over all buggy checks and over *detectable* ones (the buggy output
    differs from its paired correct output by more than one ULP somewhere), realised
-   false-positive rate on the held-out controls (with a one-sided 95% Clopper-Pearson
+   false-positive rate on the held-out controls (with a one-sided Clopper-Pearson
    upper bound), the promised budget, and tightness: the median, over controls, of the
    check statistic as a fraction of its threshold (1 = the tolerance is fully used).
 """
@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 
 from ._eval_tolstat import tolstat_methods
 from . import _validate
+from ._inference import clopper_pearson_upper
 from ._util import atomic_write, atomic_write_text
 from ._util import percent as _pct
 from ._version import __version__
@@ -515,7 +516,7 @@ class EvalResult:
 
     def table(self) -> str:
         """The side-by-side table, as printed by ``tolstat evaluate``."""
-        head = ("method", "budget", "recall", "recall(detectable)", "FP", "FP rate", "FP 95% UB",
+        head = ("method", "budget", "recall", "recall(detectable)", "FP", "FP rate", "FP UB",
                 "tightness")
         rows = [head]
         for r in self.summary:
@@ -526,7 +527,7 @@ class EvalResult:
                 f"{r['caught_detectable']}/{r['n_detectable']} ({100 * r['recall_detectable']:.1f}%)",
                 f"{r['fp']}/{r['n_control']}",
                 f"{100 * r['fp_rate']:.2f}%",
-                f"{100 * r['fp_rate_ub95']:.2f}%",
+                f"{100 * r['fp_rate_ub']:.2f}%",
                 f"{r['tightness']:.3f}",
             ))
         return _fmt_rows(rows)
@@ -567,15 +568,6 @@ def _fmt_rows(rows: Sequence[Sequence[str]]) -> str:
              for r in rows]
     lines.insert(1, "-" * len(lines[0]))
     return "\n".join(lines)
-
-
-def _cp_upper(k: int, n: int, level: float = 0.95) -> float:
-    """One-sided Clopper-Pearson upper bound of a binomial proportion."""
-    if n == 0:
-        return float("nan")
-    if k >= n:
-        return 1.0
-    return float(stats.beta.ppf(level, k + 1, n - k))
 
 
 def evaluate(
@@ -619,8 +611,9 @@ def _evaluate(cfg: EvalConfig, methods: Sequence[Any] | None, progress: bool | N
     outcomes, controls, bugs = _fit_and_score(rules, cal, cfg, progress)
     rules, scores, thresholds, skipped, part = _score_methods(rules, outcomes, cfg)
     checks = _checks_dataset(controls, bugs, scores, rules)
-    summary, per_bug, per_op = _summaries(checks, rules, cfg.fp_budget)
-    partial = [_partial_summary(checks, name, col, refused, groups) for name, (col, refused, groups) in part.items()]
+    summary, per_bug, per_op = _summaries(checks, rules, cfg.fp_budget, cfg.confidence)
+    partial = [_partial_summary(checks, name, col, refused, groups, cfg.confidence)
+               for name, (col, refused, groups) in part.items()]
     return EvalResult(cfg, checks, summary, cal, rules, time.perf_counter() - t0, per_bug, per_op, skipped,
                       thresholds, partial)
 
@@ -672,7 +665,8 @@ def _score_methods(rules: Sequence[Rule], outcomes: Sequence[FoldOutcome], cfg: 
     return kept, np.column_stack(cols), thresholds, skipped, partial
 
 
-def _partial_summary(checks: xr.Dataset, name: str, col: np.ndarray, refused: int, groups: int) -> dict[str, Any]:
+def _partial_summary(checks: xr.Dataset, name: str, col: np.ndarray, refused: int, groups: int,
+                     confidence: float) -> dict[str, Any]:
     """One row of :attr:`EvalResult.partial`: ``name`` measured on the checks its thresholds cover."""
     covered = ~np.isnan(col)
     flagged = col > 1.0  # NaN compares False
@@ -687,7 +681,8 @@ def _partial_summary(checks: xr.Dataset, name: str, col: np.ndarray, refused: in
         per_cat[c] = float(flagged[sel].mean()) if sel.any() else float("nan")
     return {
         "method": name, "groups": groups, "groups_refused": refused,
-        "n_control": nc, "fp": fp, "fp_rate": fp / nc if nc else float("nan"), "fp_rate_ub95": _cp_upper(fp, nc),
+        "n_control": nc, "fp": fp, "fp_rate": fp / nc if nc else float("nan"),
+        "fp_rate_ub": clopper_pearson_upper(fp, nc, confidence), "fp_rate_ub_level": confidence,
         "n_detectable": nd, "caught_detectable": caught,
         "recall_detectable": caught / nd if nd else float("nan"),
         "recall_detectable_per_category": per_cat,
@@ -700,14 +695,14 @@ def partial_table(result: EvalResult) -> str:
     the checks of the groups it has thresholds for, so not comparable with :meth:`EvalResult.table`."""
     cats = sorted({c for r in result.partial for c in r["recall_detectable_per_category"]})
     rows = [("method", "groups refused", "recall(detectable, covered)", *cats, "FP (covered)", "FP rate",
-             "FP 95% UB", "checks without threshold")]
+             "FP UB", "checks without threshold")]
     for r in result.partial:
         pc = r["recall_detectable_per_category"]
         rows.append((
             r["method"], f"{r['groups_refused']}/{r['groups']}",
             f"{r['caught_detectable']}/{r['n_detectable']} ({_pct(r['recall_detectable'], 1)})",
             *(_pct(pc.get(c, math.nan), 1) for c in cats),
-            f"{r['fp']}/{r['n_control']}", _pct(r["fp_rate"], 2), _pct(r["fp_rate_ub95"], 2),
+            f"{r['fp']}/{r['n_control']}", _pct(r["fp_rate"], 2), _pct(r["fp_rate_ub"], 2),
             f"{r['uncovered_controls']} controls, {r['uncovered_detectable']} detectable",
         ))
     return _fmt_rows(rows)
@@ -730,7 +725,7 @@ def _checks_dataset(controls: xr.Dataset, bugs: xr.Dataset | None, scores: np.nd
                       attrs={"meaning": "check statistic / threshold; flagged when > 1"})
 
 
-def _summaries(checks: xr.Dataset, methods: Sequence[Rule], fp_budget: float):
+def _summaries(checks: xr.Dataset, methods: Sequence[Rule], fp_budget: float, confidence: float):
     flagged = checks.score > 1.0
     ctrl = (checks.kind == "control").values
     bug = (checks.kind == "bug").values
@@ -747,7 +742,7 @@ def _summaries(checks: xr.Dataset, methods: Sequence[Rule], fp_budget: float):
             "n_detectable": int(det.sum()), "caught_detectable": int(f[det].sum()),
             "recall_detectable": float(f[det].mean()) if det.any() else float("nan"),
             "n_control": nc, "fp": fp, "fp_rate": fp / nc if nc else float("nan"),
-            "fp_rate_ub95": _cp_upper(fp, nc),
+            "fp_rate_ub": clopper_pearson_upper(fp, nc, confidence), "fp_rate_ub_level": confidence,
             "tightness": float(np.median(s[np.isfinite(s)])) if np.isfinite(s).any() else float("nan"),
         })
     per_bug = []

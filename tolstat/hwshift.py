@@ -56,6 +56,8 @@ import xarray as xr
 from scipy import stats
 
 from .dataset import validate
+from ._inference import clopper_pearson, holm
+from .decision import exceeds, run_values
 from .scale import ScaleModel, run_scores
 from .selection import ToleranceTable, select
 
@@ -254,6 +256,29 @@ def _table_group(table: ToleranceTable, op: str, dtype: str) -> tuple[ScaleModel
     return model, float(d["threshold"].values[i, 0]), str(d["method"].values[i, 0]), str(d["reason"].values[i, 0])
 
 
+def _compare_scores(xa: np.ndarray, xb: np.ndarray, vb: np.ndarray, thr: float, reason: str, fp_budget: float,
+                    confidence: float) -> dict[str, Any]:
+    """Quantile ratios and two-sample tests of the scores of A and B, and the FP rate of B at ``thr``."""
+    row: dict[str, Any] = {}
+    for q, name in ((0.5, "median"), (0.9, "q90"), (0.99, "q99")):
+        qa, qb = float(np.quantile(xa, q)), float(np.quantile(xb, q))
+        row[f"{name}_a"], row[f"{name}_b"] = qa, qb
+        row[f"ratio_{name}"] = _ratio(qb, qa)
+    ra, rb = _finite_for_ranks(xa, xb)
+    ks = stats.ks_2samp(ra, rb)
+    row["ks_stat"], row["ks_p"] = float(ks.statistic), float(ks.pvalue)
+    row["ad_stat"], row["ad_p"] = _anderson(ra, rb)
+    if math.isnan(thr):
+        row["note"] = f"no threshold on A: {reason}"
+    else:
+        k, n = int(np.sum(exceeds(vb, thr))), int(vb.size)
+        lo, hi = clopper_pearson(k, n, float(confidence))
+        rate = k / n
+        status = "within" if rate <= fp_budget else ("broken" if lo > fp_budget else "above")
+        row.update(n_exceed_b=k, fp_rate_b=rate, fp_ci_low=float(lo), fp_ci_high=float(hi), fp_status=status)
+    return row
+
+
 def shift(
     a: xr.Dataset,
     b: xr.Dataset,
@@ -327,30 +352,17 @@ def shift(
         try:
             if form is not None and model is None:
                 raise ValueError(f"no scale model could be fitted on A: {reason}")
+            # the score distributions compared: the statistic itself (its law, correctly rounded
+            # runs included); the false-positive count: the decision values a check compares
             xa, ia = run_scores(sa, model, "max_abs")
             xb, ib = run_scores(sb, model, "max_abs")
+            vb = run_values(sb, "max_abs" if model is None else "max_score", model)
         except ValueError as exc:  # e.g. B lacks a covariate of A's scale model
             row.update(note=f"not scored: {exc}", n_inexact_a=0, n_inexact_b=0)
             rows.append(row)
             continue
         row.update(n_inexact_a=ia, n_inexact_b=ib)
-        for q, name in ((0.5, "median"), (0.9, "q90"), (0.99, "q99")):
-            qa, qb = float(np.quantile(xa, q)), float(np.quantile(xb, q))
-            row[f"{name}_a"], row[f"{name}_b"] = qa, qb
-            row[f"ratio_{name}"] = _ratio(qb, qa)
-        ra, rb = _finite_for_ranks(xa, xb)
-        ks = stats.ks_2samp(ra, rb)
-        row["ks_stat"], row["ks_p"] = float(ks.statistic), float(ks.pvalue)
-        row["ad_stat"], row["ad_p"] = _anderson(ra, rb)
-        if math.isnan(thr):
-            row["note"] = f"no threshold on A: {reason}"
-        else:
-            k, n = int(np.sum(xb > thr)), int(xb.size)
-            ci = stats.binomtest(k, n).proportion_ci(confidence_level=float(confidence), method="exact")
-            rate = k / n
-            status = "within" if rate <= fp_budget else ("broken" if ci.low > fp_budget else "above")
-            row.update(n_exceed_b=k, fp_rate_b=rate, fp_ci_low=float(ci.low), fp_ci_high=float(ci.high),
-                       fp_status=status)
+        row.update(_compare_scores(xa, xb, vb, thr, reason, fp_budget, confidence))
         if ia or ib:
             row["note"] = (row["note"] + "; " if row["note"] else "") + \
                 f"{ia} A / {ib} B run score(s) may be lower bounds (truncated front)"
@@ -363,21 +375,15 @@ def shift(
         "hardware_b": json.dumps(sorted(set(np.asarray(b["hardware"].values).astype(str).tolist()))),
         "only_a": json.dumps([list(g) for g in only_a]), "only_b": json.dumps([list(g) for g in only_b]),
         "functions": "tolstat.select (table on A: scale model and threshold); tolstat.scale.run_scores "
-                     "(scores of A and B); scipy.stats.ks_2samp, scipy.stats.anderson_ksamp, "
-                     "scipy.stats.binomtest(...).proportion_ci; statsmodels multipletests (holm)",
+                     "(scores of A and B); tolstat.decision.run_values (what tolstat.check compares on B); scipy.stats.ks_2samp, scipy.stats.anderson_ksamp, "
+                     "tolstat._inference.clopper_pearson (exact interval); statsmodels multipletests (holm)",
     })
     return ShiftResult(data=data, table=table, only_a=only_a, only_b=only_b)
 
 
 def _holm(pv: np.ndarray, alpha: float) -> np.ndarray:
-    """Holm-adjusted p-values of the finite entries of ``pv`` (NaN stays NaN)."""
-    p_holm = np.full(pv.size, math.nan)
-    ok = ~np.isnan(pv)
-    if ok.any():
-        from statsmodels.stats.multitest import multipletests
-
-        p_holm[ok] = multipletests(pv[ok], alpha=alpha, method="holm")[1]
-    return p_holm
+    """Holm-adjusted p-values of the finite entries of ``pv`` (NaN stays NaN; :func:`tolstat._inference.holm`)."""
+    return holm(pv)
 
 
 def _dataset(common: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]], p_holm: np.ndarray,

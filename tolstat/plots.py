@@ -40,13 +40,13 @@ def plot_recall_fp(result: "EvalResult", path: str | os.PathLike[str]) -> Path:
     for r in result.summary:
         x = 100 * r["fp_rate"]
         ax.errorbar([x], [100 * r["recall_detectable"]],
-                    xerr=[[0], [max(0.0, 100 * r["fp_rate_ub95"] - x)]],
+                    xerr=[[0], [max(0.0, 100 * r["fp_rate_ub"] - x)]],
                     marker=markers.get(r["family"], "o"), ms=8, capsize=3, label=r["method"])
         ax.scatter([x], [100 * r["recall"]], marker=markers.get(r["family"], "o"),
                    facecolors="none", edgecolors="grey", s=50)
         if r["budget"] is not None:
             ax.axvline(100 * r["budget"], color="grey", ls=":", lw=1)
-    ax.set_xlabel("false positives on held-out correct controls (%)  [bar: 95% upper bound]")
+    ax.set_xlabel("false positives on held-out correct controls (%)  [bar: upper confidence bound]")
     ax.set_ylabel("recall on detectable buggy checks (%)  [hollow: all buggy]")
     ax.set_title("Recall vs false-positive rate (dotted: tolstat budgets)")
     ax.set_xscale("symlog", linthresh=0.1)

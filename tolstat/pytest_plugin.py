@@ -133,50 +133,21 @@ def suite_table(table: Any, suite_budget: float, n_checks: int) -> Any:
     ValueError
         Bad ``suite_budget`` or ``n_checks``, or a budget larger than the table's.
     """
-    import numpy as np
-
     from .bounds import split_budget
-    from .selection import calibrate
+    from .selection import rebudget
 
     a = split_budget(suite_budget, n_checks, method="bonferroni")
     if a > table.fp_budget:
         raise ValueError(f"suite_budget {suite_budget:g} over {n_checks} checks gives {a:.3g} per check, more than "
                          f"the table's fp_budget {table.fp_budget:g}: calibrate the table at {a:.3g} or lower, or "
                          "leave suite_budget unset")
-    ds = table.data.copy(deep=True)
-    scale = a / table.fp_budget
-    thr, bud, reason = ds["threshold"].values, ds["budget"].values, ds["reason"].values.astype(object)
-    meth = ds["method"].values.astype(object)
-    for i in range(ds.sizes["group"]):
-        n = int(ds["n"].values[i])
-        for j in range(ds.sizes["statistic"]):
-            top = ds["top_scores"].values[i, j]
-            top = np.sort(top[~np.isnan(top)])[::-1]
-            if math.isnan(thr[i, j]) or top.size == 0:
-                continue
-            b = float(bud[i, j]) * scale
-            g = float(ds["stat_confidence"].values[i, j])
-            pseudo = np.concatenate([top, np.full(max(n - top.size, 0), top[-1])])
-            try:
-                cal = calibrate(pseudo, b, g, method="order_statistic")
-                thr[i, j] = max(cal.threshold, float(thr[i, j]))
-                reason[i, j] = (f"suite budget {suite_budget:g} over {n_checks} checks (Bonferroni): {cal.reason}; "
-                                f"runs below the {top.size} stored top scores taken at the smallest of them")
-                meth[i, j] = "order_statistic"
-            except ValueError as exc:
-                thr[i, j] = math.nan
-                reason[i, j] = f"suite budget {suite_budget:g} over {n_checks} checks: {exc}"
-            bud[i, j] = b
-    ds["threshold"].values[...] = thr
-    ds["budget"].values[...] = bud
-    ds["reason"] = (("group", "statistic"), reason.astype(str))
-    ds["method"] = (("group", "statistic"), meth.astype(str))
-    ds.attrs["fp_budget"] = a
+    out = rebudget(table, a, why=f"suite budget {suite_budget:g} over {n_checks} checks (Bonferroni)")
+    ds = out.data
     prov = json.loads(ds.attrs.get("provenance", "{}"))
     prov["suite_budget"] = {"suite_budget": suite_budget, "n_checks": n_checks, "per_check": a,
                             "table_fp_budget": table.fp_budget}
     ds.attrs["provenance"] = json.dumps(prov, sort_keys=True)
-    return type(table)(ds)
+    return out
 
 
 class TolstatSession:
@@ -267,18 +238,21 @@ class TolstatSession:
         """Keep the error summary of a passing check (deterministic for a given test and call)."""
         import numpy as np  # here, not at module level: pytest start-up stays light
 
-        from .dataset import summarize_run
-        from .metrics import error_metrics
+        from .dataset import reference_fingerprint, summarize_run
+        from .metrics import as_array, error_metrics
 
         m = error_metrics(actual, expected, dtype=dtype)
         hw, plat = self.hardware
         k = self._counts.get(nodeid, 0)
         self._counts[nodeid] = k + 1
-        self.records.append(summarize_run(
+        rec = summarize_run(
             m, op=op, hardware=hw, platform=plat, seed=-1, run_index=len(self.records), labels={"test": nodeid},
             covariates={str(c): float(v) for c, v in (covariates or {}).items()},
             rng=np.random.default_rng([zlib.crc32(nodeid.encode()), k]),
-        ))
+        )
+        # the same test with the same inputs on another CI run is the same unit, not a new draw
+        rec.ref_fingerprint = reference_fingerprint(as_array(expected, name="expected"))
+        self.records.append(rec)
 
     def _dataset(self) -> Any:
         from .dataset import build_dataset

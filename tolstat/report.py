@@ -39,10 +39,10 @@ def markdown_report(doc: dict[str, Any], plots: list[str]) -> str:
         "## Recall and false positives",
         "",
         _md_table(
-            ["method", "recall (all)", "recall (detectable)", "false positives", "FP rate (95% UB)", "tightness"],
+            ["method", "recall (all)", "recall (detectable)", "false positives", "FP rate (upper bound)", "tightness"],
             [[r["method"], f"{r['caught']}/{r['n_bug']} ({100 * r['recall']:.1f}%)",
               f"{r['caught_detectable']}/{r['n_detectable']} ({100 * r['recall_detectable']:.1f}%)",
-              f"{r['fp']}/{r['n_control']}", f"{100 * r['fp_rate']:.2f}% ({100 * r['fp_rate_ub95']:.2f}%)",
+              f"{r['fp']}/{r['n_control']}", f"{100 * r['fp_rate']:.2f}% ({100 * r['fp_rate_ub']:.2f}%)",
               f"{r['tightness']:.3f}"] for r in doc["summary"]],
         ),
         "",
@@ -66,11 +66,11 @@ def markdown_report(doc: dict[str, Any], plots: list[str]) -> str:
     if doc.get("partial"):
         lines += ["Partly calibrated: measured only on the checks of the groups that got a threshold "
                   "(not comparable with the tables above).", "",
-                  _md_table(["method", "groups refused", "recall (detectable, covered)", "FP (covered, 95% UB)",
+                  _md_table(["method", "groups refused", "recall (detectable, covered)", "FP (covered, upper bound)",
                              "checks without threshold"],
                             [[r["method"], f"{r['groups_refused']}/{r['groups']}",
                               f"{r['caught_detectable']}/{r['n_detectable']} ({_pct(r['recall_detectable'], 1)})",
-                              f"{r['fp']}/{r['n_control']} ({_pct(r['fp_rate_ub95'], 2)})",
+                              f"{r['fp']}/{r['n_control']} ({_pct(r['fp_rate_ub'], 2)})",
                               f"{r['uncovered_controls']} controls, {r['uncovered_detectable']} detectable"]
                              for r in doc["partial"]]), ""]
     for p in plots:

@@ -211,6 +211,8 @@ def _certificate_lines(table: Any) -> list[str]:
         if not cj:
             continue
         c = json.loads(cj)
+        if not c.get("guarantee"):
+            continue  # the tolstat.bounds path (bias, conformal, evt): its lines say it all
         pool = f", pooled with {len(c['pool'])} groups" if c.get("pool") else ""
         flags = f", flags {', '.join(c['flags'])}" if c.get("flags") else ""
         out.append(f"({op}, {dt}, {hw}): form {c['form']} ({c.get('form_reason', '')}); {c.get('method')}{pool}{flags}")

@@ -178,6 +178,19 @@ class ScaleModel:
         add, mult = self.run_factor({} if cov is None else cov)
         return (float(self.unit * (self.atol + add) * mult), float(self.unit * self.rtol * mult))
 
+    @classmethod
+    def fit_free(cls, dtype: Any) -> "ScaleModel":
+        """The scale that needs no calibration run: ``eps * (|ref| + ref_rms)``.
+
+        The rounding noise of one output element in units of the format's epsilon: a
+        relative part at the element's own magnitude and an absolute part at the run's
+        RMS magnitude (cancellation). No parameter is fitted, so every calibration run
+        certifies the threshold (used by :func:`tolstat.select` when fitting a scale
+        would leave too few runs for the order statistic).
+        """
+        return cls(form="normalised", atol=0.0, rtol=1.0, unit=float(target_dtype(dtype).eps),
+                   linear={"ref_rms": 1.0}, notes="fit-free: eps * (|ref| + ref_rms), no parameter fitted")
+
     def to_dict(self) -> dict[str, Any]:
         """Plain-dict form (JSON-able, floats kept as Python floats)."""
         return {

@@ -52,7 +52,8 @@ from .bounds import (
     tail_threshold,
 )
 from .autoselect import CERTIFIED_FORMS, certified_groups
-from .dataset import drop_duplicate_runs, validate
+from .dataset import drop_duplicate_runs, run_units, validate
+from .decision import run_values
 from .estimators.orderstat import order_statistic_min_n
 from .scale import FORMS, ScaleOptions
 from .statistics import MAX_STATISTICS, STATISTICS
@@ -74,6 +75,7 @@ __all__ = [
     "split_budget",
     "calibrate",
     "select",
+    "rebudget",
     "load_table",
 ]
 
@@ -297,13 +299,15 @@ def select(
                         f"and {type(tail).__name__}")
     ds = drop_duplicate_runs(validate(errors_or_fit))
     keys, inv = _group_keys(ds, plan.by)
-    if form in CERTIFIED_FORMS:
+    if plan.engine:
         groups, name = certified_groups(ds, keys, inv, form=form, a=plan.a, g=plan.g, cluster=cluster,
-                                        pooling=pooling, seed=seed, scale=scale, on_error=on_error)
+                                        pooling=pooling, seed=seed, scale=scale, on_error=on_error,
+                                        statistic=plan.max_stat)
         plan = dataclasses.replace(plan, names=[name], a_each=plan.a, g_each=plan.g)
     else:
-        groups = [_select_group(ds.isel(run=np.flatnonzero(inv == gi)), key, plan, scale, tail, seed)
-                  for gi, key in enumerate(keys)]
+        units = run_units(ds, cluster, groups=inv).ids
+        groups = [_select_group(ds.isel(run=np.flatnonzero(inv == gi)), key, plan, scale, tail, seed,
+                                units[inv == gi]) for gi, key in enumerate(keys)]
     settings = {"fp_budget": plan.a, "confidence": plan.g, "method": method, "statistic": plan.requested,
                 "form": form, "by": list(plan.by), "budget_split": budget_split, "seed": seed,
                 "cluster": cluster, "pooling": pooling,
@@ -337,6 +341,9 @@ class _Plan:
     by: tuple[str, ...]
     budget_split: str
     on_error: str
+    #: calibrated by the certified engine (tolstat.certify): every form with the order
+    #: statistic on one statistic; the others (bias, conformal, evt) by tolstat.bounds
+    engine: bool = True
 
 
 def _plan(ds: Any, fp_budget: float, confidence: float, method: str, statistic: str | Sequence[str],
@@ -375,12 +382,24 @@ def _plan(ds: Any, fp_budget: float, confidence: float, method: str, statistic: 
     # the statistics of one run are not independent: "sidak" is refused by split_budget
     a_each = split_budget(a, m, method=budget_split) if m > 1 else a
     g_each = 1.0 - (1.0 - g) / m
-    return _Plan(a, g, method, stats_req, max_stats[0], form, names, a_each, g_each, by, budget_split, on_error)
+    engine = form in CERTIFIED_FORMS or (method in ("auto", "order_statistic") and m == 1)
+    return _Plan(a, g, method, stats_req, max_stats[0], form, names, a_each, g_each, by, budget_split, on_error,
+                 engine)
+
+
+def _unit_max(x: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Per unit the largest value of its runs (conservative for every member run)."""
+    u, inv = np.unique(ids, return_inverse=True)
+    if u.size == ids.size:
+        return x
+    out = np.full(u.size, -np.inf)
+    np.maximum.at(out, inv.ravel(), x)
+    return out
 
 
 def _select_group(sub: xr.Dataset, key: tuple[str, ...], plan: _Plan, scale: ScaleOptions, tail: TailOptions,
-                  seed: int) -> dict[str, Any]:
-    """The table entry (JSON layout) of one group."""
+                  seed: int, units: np.ndarray) -> dict[str, Any]:
+    """The table entry (JSON layout) of one group of the tolstat.bounds path (bias, conformal, evt)."""
     label = "(" + ", ".join(key) + ")"
     entry: dict[str, Any] = {"op": key[0], "dtype": key[1], "hardware": key[2], "n": int(sub.sizes["run"]),
                              "n_inexact": 0, "scale": None, "statistics": {}}
@@ -394,7 +413,12 @@ def _select_group(sub: xr.Dataset, key: tuple[str, ...], plan: _Plan, scale: Sca
             res = stat.run_scores(sub, model)
             if stat.kind == "max":
                 entry["n_inexact"] = res.n_inexact
-            cal = calibrate(res.scores, plan.a_each, plan.g_each, plan.method, tail=tail, seed=seed,
+            x = _unit_max(run_values(sub, name, model), units)
+            entry["certificate"] = {"form": plan.form or "plain", "method": plan.method, "n_scores": int(x.size),
+                                    "units": {"n_runs": int(units.size), "n_units": int(x.size),
+                                              "by": "declared cluster and reference fingerprint"},
+                                    "guarantee": ""}
+            cal = calibrate(x, plan.a_each, plan.g_each, plan.method, tail=tail, seed=seed,
                             label=label + f" statistic {name}")
             entry["statistics"][name] = _stat_dict(cal, plan, res.n_inexact)
     except NotEnoughData as exc:
@@ -419,3 +443,77 @@ def _stat_dict(cal: Calibration, plan: _Plan, n_inexact: int) -> dict[str, Any]:
     return {"threshold": cal.threshold, "estimate": cal.estimate, "budget": cal.budget,
             "confidence": cal.confidence, "method": cal.method, "reason": reason,
             "tail": cal.tail, "top_scores": cal.top.tolist()}
+
+
+def rebudget(table: ToleranceTable, fp_budget: float, *, why: str = "") -> ToleranceTable:
+    """The table with every threshold re-selected for a smaller false-positive budget.
+
+    Each threshold is the order statistic at the new budget (same confidence), on the
+    calibration scores the threshold was certified on: the table stores the largest of
+    them and their number (``certificate["n_scores"]``: independent units, not runs);
+    the scores below the stored ones are taken at the smallest stored score, which can
+    only raise the threshold (exact when the new rank lies among the stored scores).
+    A threshold never drops below the table's own. Statistics of a table with several
+    statistics keep their share of the budget.
+
+    A group whose threshold is not an order statistic of its own scores (pooled, exact,
+    conformal, tail-model groups), or that has too few scores for the new budget, gets a
+    NaN threshold with the reason (looking it up raises): the table never records a
+    budget it did not apply. Recalibrate those with ``select(fp_budget=...)``.
+
+    Parameters
+    ----------
+    table : ToleranceTable
+    fp_budget : float
+        The new per-check budget, at most the table's.
+    why : str
+        Prefix of the new reasons (e.g. the suite budget it comes from).
+
+    Raises
+    ------
+    ValueError
+        A budget larger than the table's.
+    """
+    a = _validate.budget("fp_budget", fp_budget, lo=_validate.MIN_BUDGET / 8)
+    if a > table.fp_budget:
+        raise ValueError(f"fp_budget={a:g} is larger than the table's fp_budget {table.fp_budget:g}: a table can "
+                         "only be re-budgeted to a smaller budget (calibrate again for a larger one)")
+    ds = table.data.copy(deep=True)
+    factor = a / table.fp_budget
+    thr, bud, meth = ds["threshold"].values, ds["budget"].values, ds["method"].values.astype(object)
+    reason = ds["reason"].values.astype(object)
+    for i in range(ds.sizes["group"]):
+        cj = str(ds["certificate_json"].values[i]) if "certificate_json" in ds else ""
+        n = int(json.loads(cj).get("n_scores") or 0) if cj else int(ds["n"].values[i])
+        for j in range(ds.sizes["statistic"]):
+            if math.isnan(thr[i, j]):
+                continue
+            b, g = float(bud[i, j]) * factor, float(ds["stat_confidence"].values[i, j])
+            top = ds["top_scores"].values[i, j]
+            top = np.sort(top[~np.isnan(top)])[::-1]
+            pre = f"{why}: " if why else ""
+            if meth[i, j] != "order_statistic" or top.size == 0 or n < top.size:
+                thr[i, j] = math.nan
+                reason[i, j] = (f"{pre}not re-budgeted to {b:.3g}: its threshold ({meth[i, j]}) is not an order "
+                                "statistic of its own stored calibration scores; recalibrate with "
+                                f"select(fp_budget={b:.3g})")
+            else:
+                pseudo = np.concatenate([top, np.full(n - top.size, top[-1])])
+                try:
+                    cal = calibrate(pseudo, b, g, method="order_statistic")
+                except NotEnoughData as exc:
+                    thr[i, j] = math.nan
+                    reason[i, j] = f"{pre}{exc} (calibration units of this group: {n})"
+                else:
+                    thr[i, j] = max(cal.threshold, float(thr[i, j]))
+                    reason[i, j] = (f"{pre}re-budgeted from {float(bud[i, j]):.3g}: {cal.reason}; scores below the "
+                                    f"{top.size} stored largest taken at the smallest of them")
+            bud[i, j] = b
+    ds["threshold"].values[...] = thr
+    ds["budget"].values[...] = bud
+    ds["reason"] = (("group", "statistic"), reason.astype(str))
+    ds.attrs["fp_budget"] = a
+    prov = json.loads(ds.attrs.get("provenance", "{}"))
+    prov["rebudget"] = {"fp_budget": a, "table_fp_budget": table.fp_budget, "why": why}
+    ds.attrs["provenance"] = json.dumps(prov, sort_keys=True)
+    return type(table)(ds)

@@ -49,7 +49,7 @@ from ._util import _tmp_path, clean_stale, remove_tree
 from ._validate import code_fingerprint
 from ._version import __version__
 from ._runs import _as_inputs, _merged, _name, _provenance, _record, hardware_fingerprint
-from .dataset import BUILTIN_COVARIATES, DEFAULT_SAMPLE_SIZE, RUN_STATS, SAMPLE_VARS, RunRecord, build_dataset, _label_value
+from .dataset import BUILTIN_COVARIATES, DEFAULT_SAMPLE_SIZE, FINGERPRINT, RUN_STATS, SAMPLE_VARS, RunRecord, build_dataset, _label_value
 from .io import open_errors
 
 __all__ = ["collect_to_store", "open_store", "store_progress", "StoreProgress"]
@@ -271,6 +271,8 @@ def _write_block(arrays: Mapping[str, Any], block: list[tuple[int, RunRecord]], 
         arrays[name][sl] = np.array([r.stats[name] for r in recs])
     for name in cov_keys:
         arrays[name][sl] = np.array([r.covariates[name] for r in recs])
+    if FINGERPRINT in arrays:
+        arrays[FINGERPRINT][sl] = np.array([r.ref_fingerprint for r in recs], dtype=np.int64)
     arrays["n_sample"][sl] = np.array([len(r.samples["sample_abs"]) for r in recs])
     arrays["seed"][sl] = np.array([r.seed for r in recs])
     arrays["run_index"][sl] = np.array([r.run_index for r in recs])

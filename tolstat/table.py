@@ -522,11 +522,13 @@ class ToleranceTable:
                 raise KeyError(f"group ({op}, {dt}, {d['hardware'].values[i]}) has no {s} threshold: "
                                f"{d['reason'].values[i, j]}")
             top = d["top_scores"].values[i, j]
+            cert = _certificate(d, i) or {}
             stats[s] = StatEntry(
                 statistic=s, threshold=thr, estimate=float(d["estimate"].values[i, j]),
                 budget=float(d["budget"].values[i, j]), confidence=float(d["stat_confidence"].values[i, j]),
                 method=str(d["method"].values[i, j]), reason=str(d["reason"].values[i, j]),
-                n=int(d["n"].values[i]),
+                # the calibration scores the threshold was certified on (units, not runs)
+                n=int(cert.get("n_scores") or d["n"].values[i]),
                 tail={k: float(d[f"tail_{k}"].values[i, j]) for k in TAIL_KEYS},
                 top=top[~np.isnan(top)],
             )

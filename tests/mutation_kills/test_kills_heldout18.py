@@ -159,11 +159,18 @@ def test_select_passes_its_seed_to_the_scale_fit_subsample():
     ds = tolstat.collect(kernel, ref, lambda r: tolstat.Inputs(args=(r.standard_normal((8, 8)),)),
                          op="mul3", dtype="float16", runs=120, hardware="cpu", seed=0, progress=False)
     opts = tolstat.ScaleOptions(max_points=200)  # 7680 elements: a seeded subsample of 200
+    from tolstat.certify import split_units
+
     models = {}
     for seed in (3, 4):
         t = tolstat.select(ds, fp_budget=0.05, form="allclose", scale=opts, seed=seed, method="order_statistic")
-        models[seed] = t.entry("mul3", "float16", "cpu").scale.to_dict()
-        assert models[seed] == opts.fit(ds, "allclose", seed=seed).to_dict()
+        ent = t.entry("mul3", "float16", "cpu")
+        models[seed] = ent.scale.to_dict()
+        # fitted on the engine's fitting part A (24 of 120 units, split with the same seed)
+        n_fit = ent.certificate["n_fit"]
+        assert n_fit == 24
+        iA, _ = split_units(120, n_fit, seed)
+        assert models[seed] == opts.fit(ds.isel(run=iA), "allclose", seed=seed).to_dict()
     assert models[3] != models[4]  # the subsample (and so the fit) depends on the seed
 
 

@@ -16,7 +16,8 @@ def _ds(n=200, seed=0):
     pairs = []
     for _ in range(n):
         e = rng.standard_normal(32)
-        pairs.append((e.astype(np.float32), e))
+        # a correct kernel that is not correctly rounded (a zero-mean perturbation first)
+        pairs.append(((e * (1 + rng.uniform(-2.0**-24, 2.0**-24, 32))).astype(np.float32), e))
     return tolstat.from_pairs(pairs, op="add", dtype="float32", progress=False)
 
 
