@@ -550,6 +550,15 @@ FINGERPRINT_ATTRS = {"long_name": "fingerprint of the float64 reference (shape a
                      "role": "fingerprint"}
 
 
+def _unknown_fingerprints(part: int, n: int) -> np.ndarray:
+    """Distinct fingerprints for ``n`` runs whose reference was not fingerprinted (one unit each)."""
+    out = np.empty(n, dtype=np.int64)
+    for j in range(n):
+        h = hashlib.blake2b(f"no reference fingerprint: part {part}, run {j}".encode(), digest_size=8)
+        out[j] = int.from_bytes(h.digest(), "little", signed=True)
+    return out
+
+
 def reference_fingerprint(expected: Any) -> int:
     """A 64-bit fingerprint of a reference: its shape and its float64 bytes (blake2b).
 
@@ -840,7 +849,12 @@ def concat(datasets: Iterable[xr.Dataset]) -> xr.Dataset:
     k = max(d.sizes["sample"] for d in dss)
     padded = []
     prov: list[Any] = []
-    for d in dss:
+    some_fp = any(FINGERPRINT in d for d in dss)
+    for i, d in enumerate(dss):
+        if some_fp and FINGERPRINT not in d:
+            # runs recorded without a fingerprint (older files): each its own unit, as before
+            d = d.assign({FINGERPRINT: xr.Variable("run", _unknown_fingerprints(i, d.sizes["run"]),
+                                                   FINGERPRINT_ATTRS)})
         if d.sizes["sample"] < k:
             d = d.pad(sample=(0, k - d.sizes["sample"]), constant_values=np.nan)
         padded.append(d.drop_attrs() if hasattr(d, "drop_attrs") else d.assign_attrs({}))
