@@ -225,24 +225,31 @@ def select(
     confidence : float, default 0.95
         Confidence that the promise holds (the thresholds are upper confidence bounds).
     method : {"auto", "order_statistic", "conformal", "evt"}
-        See :func:`calibrate`; ``auto`` records per group which method and why.
+        ``auto``/``order_statistic``: the certified engine (see ``form``): the order
+        statistic of the group's own units, else of an exchangeable pool, else
+        :class:`NotEnoughData` (never a tail model). ``conformal`` and ``evt`` (a
+        model-based tail, no finite-sample promise): per statistic, see :func:`calibrate`.
     statistic : str or sequence of str, default "max_abs"
         The max-error statistic (``"max_abs"``, ``"max_ulp"`` or ``"max_rel"``),
         optionally with ``"bias"`` (e.g. ``("max_abs", "bias")``): the budget and
         confidence are then split between the statistics (``budget_split``).
     form : {"auto", "operator", None, "allclose", "size_aware", "normalised", "baseline"}
-        ``"auto"`` (default): certified per group (:mod:`tolstat.autoselect`): the
-        operator combined score ``op_score`` when the dataset has operator statistics
-        (collected with ``magnitude=``), else the better of ``allclose`` and
-        ``size_aware`` chosen on fitting runs not used for the threshold; the table
-        records the choice and the reason. ``"operator"``: the combined score, required.
-        Both calibrate with :func:`tolstat.certify.certify` (order statistic, pooling
-        across exchangeable groups, an exact path; never a tail model) and ignore
-        ``method``, ``statistic``, ``budget_split`` and ``tail``.
-        ``None``: one threshold on ``statistic`` per group. The other names: a
-        noise-scale model (:mod:`tolstat.scale`) fitted on all runs; the max-error
-        statistic is ``max_i |d_i| / s(|ref_i|, covariates)`` (``"max_score"``) and
-        needs ``statistic="max_abs"``.
+        What the check compares (its *decision value*, :mod:`tolstat.decision`; 0 for a
+        correctly rounded output). ``"auto"`` (default): the operator combined score
+        ``op_score`` when the dataset has operator statistics (collected with
+        ``magnitude=``), else the better of ``allclose`` and ``size_aware`` chosen on
+        fitting runs not used for the threshold; ``"operator"``: the combined score,
+        required; ``None``: the plain ``statistic``; the other names: that noise-scale
+        model (:mod:`tolstat.scale`), fitted on a part of the units that does not set the
+        threshold (``"max_score"``, needs ``statistic="max_abs"``). A group with too few
+        units to fit a scale and keep the order statistic's minimum uses the fit-free
+        scale :meth:`tolstat.ScaleModel.fit_free`. The table records the choice and why.
+        With ``method`` ``"auto"``/``"order_statistic"`` and one statistic, every form
+        is calibrated by one engine (:func:`tolstat.certify.certify`): the
+        distribution-free order statistic on independent units, pooling across
+        exchangeable groups, an exact path for exact ops; never a tail model.
+        ``statistic`` with ``"bias"``, ``method="conformal"`` and ``method="evt"`` are
+        calibrated per statistic by :func:`calibrate` (``budget_split``, ``tail``).
     by : sequence of str, default ("op", "dtype", "hardware")
         Grouping; leave out ``"hardware"`` to calibrate one ``"*"`` entry over all
         hardware (``op`` and ``dtype`` are required).
@@ -260,12 +267,13 @@ def select(
         with a NaN threshold and the reason (looking them up raises); other errors
         (bad data, missing covariates) are raised.
     cluster : str, optional
-        Forms ``auto``/``operator``: a run label (e.g. ``"case"``: the same inputs through
-        several variants) whose runs form one unit; runs of one cluster are not
-        independent, so the promise counts clusters, not runs.
+        A run label (e.g. ``"case"``: the same inputs through several variants) whose runs
+        form one unit. Runs that share a reference (the same inputs, recorded as a
+        fingerprint at collection) are one unit whether or not a label is declared; the
+        two combine (:func:`tolstat.dataset.run_units`). The promise counts units, not runs.
     pooling : bool, default True
-        Forms ``auto``/``operator``: let groups with too few units borrow the scores of
-        groups whose scores are exchangeable with theirs (tested; ``docs/guarantees.md``).
+        Let groups with too few units borrow the scores of groups whose scores are
+        exchangeable with theirs (tested; ``docs/guarantees.md``).
 
     Returns
     -------
