@@ -1,24 +1,30 @@
-"""The certified forms of :func:`tolstat.select`: ``form="auto"`` (the default) and ``"operator"``.
+"""The calibration engine of :func:`tolstat.select`: every form certified by one path.
 
-Both calibrate through :func:`tolstat.certify.certify` (declared clusters as one unit,
-split fitting, the order statistic with its PAC promise, pooling across exchangeable
-groups, an exact path for exact ops, resolution floors), never through a tail model.
+Each form is a *score definition* whose per-run decision values
+(:func:`tolstat.decision.run_values`, the numbers :func:`tolstat.check` compares) go to
+:func:`tolstat.certify.certify` (independent units, split fitting, the order statistic with
+its PAC promise, pooling across exchangeable groups, an exact path for exact ops,
+resolution floors), never to a tail model:
 
-Pooling (small groups borrow the scores of exchangeable groups): a table of several
-operators pools scores in units of each group's own normalisers
-(``pool_normalisers="own"``); groups of one operator share the pool's normalisers.
-
-Rule of ``form="auto"`` (``docs/selection.md``):
-
-* the error dataset has operator statistics (collected with a ``magnitude``, variables
-  with ``role = "op_statistic"``): the **operator** form for every group, the combined
+* ``form="operator"``, and ``form="auto"`` when the error dataset has operator statistics
+  (collected with a ``magnitude``, variables with ``role = "op_statistic"``): the combined
   score ``op_score = max_j T_j / q_j`` over :func:`tolstat.noise.score_statistic_names`
   (measured on the corpus: the most bugs caught at the same false-positive rate);
-* otherwise a noise-scale form per group, chosen on the fitting part only: ``allclose``
-  and ``size_aware`` are each fitted on one half of the fitting part and scored on the
-  other half; the form whose held-out scores have the smaller ratio ``p90 / median``
-  (less slack for a typical run) wins. The chosen model is then refitted on the whole
-  fitting part and the threshold on ``max_score`` is certified on the remaining runs.
+* ``form="auto"`` without them: a noise-scale form per group, chosen on a fitting part A
+  of the units: ``allclose`` and ``size_aware`` are each fitted on one half of A and
+  scored on the other half; the form whose held-out positive scores have the smaller
+  ratio ``p90 / median`` (less slack for a typical run) wins, is refitted on the whole of
+  A, and ``max_score`` is certified on the other units. Too few units to spare A: the
+  fit-free scale (:meth:`tolstat.ScaleModel.fit_free`);
+* a named scale form (``allclose``, ``size_aware``, ``normalised``, ``baseline``): the
+  same, with that form;
+* ``form=None``: the plain statistic, certified as it is.
+
+Units (:func:`tolstat.dataset.run_units`): declared clusters and runs that share a
+reference fingerprint are one unit each. Pooling: a table of several operators of the
+operator form pools scores in units of each group's own normalisers
+(``pool_normalisers="own"``); the one-statistic forms and groups of one operator share the
+pool's normalisers.
 """
 
 from __future__ import annotations
