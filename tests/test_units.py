@@ -73,3 +73,10 @@ def test_table_records_how_runs_became_units_and_the_refusal_names_distinct_inpu
     assert "360 runs are 120 independent units" in c["reason"] and "distinct inputs" in c["reason"]
     with pytest.raises(tolstat.NotEnoughData, match="120 calibration units"):
         tolstat.select(ds, fp_budget=0.01, form=None)
+
+
+def test_compare_never_splits_runs_of_one_input_across_folds():
+    ds = _variants(3, 60, 3)
+    res = tolstat.compare(ds, methods=["study"], budgets=(0.05,), folds=4, progress=False)
+    fold = res.run_fold.reshape(60, 3)
+    assert (fold == fold[:, :1]).all()

@@ -58,7 +58,7 @@ import xarray as xr
 from scipy import stats as _st
 
 from ._version import __version__
-from .dataset import concat, validate
+from .dataset import FINGERPRINT, concat, run_units, validate
 from .scale import ScaleModel, run_scores
 from ._inference import budget_verdict, clopper_pearson as _cp
 from .decision import entry_run_values, exceeds
@@ -808,16 +808,27 @@ class _Folds:
 
 
 def _fold_units(ds: xr.Dataset, bug: xr.Dataset | None, cluster: str | None) -> tuple[np.ndarray, np.ndarray | None]:
-    """Unit of the split of each correct and each buggy run (a run, or its ``cluster`` label)."""
-    def own_units() -> np.ndarray:
-        return np.array([f"bug:{i}" for i in range(bug.sizes["run"])])
+    """Unit of the split of each correct and each buggy run.
 
-    if cluster is None:
-        return np.arange(ds.sizes["run"]).astype(str), None if bug is None else own_units()
-    units = _label(ds, cluster, "cluster")
+    Correct runs: the units of :func:`tolstat.dataset.run_units` (a declared ``cluster``
+    and a shared reference join runs), so that no unit straddles a training and a held-out
+    fold. A buggy run follows the unit of the correct runs on the same inputs (the same
+    reference fingerprint, else the same ``cluster`` label), or is its own unit.
+    """
+    if cluster is not None:
+        _label(ds, cluster, "cluster")  # a clear error naming the argument
+    ids = run_units(ds, cluster).ids
+    units = np.array([f"u{i}" for i in ids.tolist()])
     if bug is None:
         return units, None
-    return units, (_label(bug, cluster, "cluster") if cluster in bug.variables else own_units())
+    bu = [f"bug:{i}" for i in range(bug.sizes["run"])]
+    if cluster is not None and cluster in bug.variables:
+        by_label = dict(zip(_label(ds, cluster, "cluster").tolist(), units.tolist()))
+        bu = [by_label.get(lab, f"label:{lab}") for lab in _label(bug, cluster, "cluster").tolist()]
+    if FINGERPRINT in ds and FINGERPRINT in bug:
+        by_ref = dict(zip(np.asarray(ds[FINGERPRINT].values).tolist(), units.tolist()))
+        bu = [by_ref.get(f, b) for f, b in zip(np.asarray(bug[FINGERPRINT].values).tolist(), bu)]
+    return units, np.array(bu)
 
 
 def _make_folds(ds: xr.Dataset, bug: xr.Dataset | None, cluster: str | None, folds: int, seed: int) -> _Folds:
