@@ -29,6 +29,7 @@ pool's normalisers.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Sequence
 
@@ -111,13 +112,41 @@ def _operator(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray
     glab = np.array([_label(k) for k in keys], dtype=object)[codes]
     floor = {n: (1.0 if n in OP_UNIT_FLOOR else 0.0) for n in union}
     labels, units = _engine_units(ds, cluster, codes)
-    res = certify(stats, glab, cluster=labels, floor=floor, **_certify_kwargs(a, g, seed, pooling, norm_quantile, keys))
+    kw = _certify_kwargs(a, g, seed, pooling, norm_quantile, keys)
+    res = certify(stats, glab, cluster=labels, floor=floor, **kw)
+    if res.refused and kw["pool_normalisers"] == "own":
+        res = _shared_fallback(res, certify(stats, glab, cluster=labels, floor=floor,
+                                            **{**kw, "pool_normalisers": "shared"}))
     rowwise = {}
     for gi, key in enumerate(keys):
         sel = codes == gi
         rowwise[_label(key)] = bool("op_row_rms_max" in ds
                                     and not np.isnan(np.asarray(ds["op_row_rms_max"].values)[sel]).all())
     return res, rowwise, units
+
+
+def _shared_fallback(own: CertifyResult, shared: CertifyResult) -> CertifyResult:
+    """Groups of a pool of several operators that the own-normaliser pool refused, pooled
+    with shared normalisers where that pool accepts them.
+
+    The own-normaliser pool (each group's scores in units of its own spread, positive
+    scores only) suits operators whose statistics spread differently; operators of one law
+    (e.g. the same kernel under ten names) have too few positive scores for it and pool
+    better on shared normalisers, every score included. Each path tests exchangeability
+    (Holm at ``pool_alpha``); a group accepted by the second path had two tests to pass
+    one, so its pooled promise rests on exchangeability tested at up to ``2 pool_alpha``
+    (stated in its guarantee).
+    """
+    groups, refused = dict(own.groups), dict(own.refused)
+    for gname in list(refused):
+        c = shared.groups.get(gname)
+        if c is not None and c.method == "pooled_order_statistic":
+            note = (" Pooled with shared normalisers after the own-normaliser pool refused it: exchangeability "
+                    "was tested twice, so at up to twice pool_alpha.")
+            groups[gname] = dataclasses.replace(c, guarantee=c.guarantee + note,
+                                                reason=c.reason + "; own-normaliser pool refused: " + str(refused[gname]))
+            del refused[gname]
+    return dataclasses.replace(own, groups=groups, refused=refused)
 
 
 def _n_fit(n: int, nmin: int) -> int:
