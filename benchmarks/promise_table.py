@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import multiprocessing
-import os
 import sys
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -31,20 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 import _promise_sim as ps  # noqa: E402
 
-
-def _atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp's 0600 would survive os.replace
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+from tolstat._util import atomic_write_text  # noqa: E402
 
 
 def _run(batch: ps.Batch, names: list[str], vectorised: bool) -> list[ps.CellResult]:
@@ -119,10 +104,10 @@ def main(argv: list[str] | None = None) -> int:
           f"refusals as expected. {len(results)} cells, {secs:.0f} s, {len(bad)} not ok.\n\n"
           + ps.markdown_table(results) + "\n")
     out = args.out if args.out.suffix == ".json" else args.out.with_suffix(".json")
-    _atomic_write(out, ps.results_json(results, confidence=ps.CONFIDENCE, seconds=secs, quick=args.quick,
+    atomic_write_text(out, ps.results_json(results, confidence=ps.CONFIDENCE, seconds=secs, quick=args.quick,
                                        check="check_runs" if vec else "check", argv=sys.argv[1:] if argv is None
                                        else list(argv), tolstat_version=tolstat.__version__) + "\n")
-    _atomic_write(out.with_suffix(".md"), md)
+    atomic_write_text(out.with_suffix(".md"), md)
     print(md)
     ps._stderr(f"wrote {out} and {out.with_suffix('.md')} ({secs:.0f} s)")
     return 1 if bad else 0
