@@ -910,7 +910,7 @@ def full_batches(reps: int = 100, fresh_factor: float | None = None, fresh_per_c
     * base families x n in (30, 100, 300, 1000, 3000) x budgets (1e-2, 1e-3), plain path with
       the default and the named forms, operator path with the default and ``"operator"``;
     * clustered families (k = 2, 3, 4; correlation 0.5, 0.9; undeclared and declared) at
-      n = 300, 1000, 3000 runs, budget 1e-2, default form on both paths;
+      n = 300, 1000, 3000 runs, budget 1e-2, the default and every named form on both paths;
     * duplicates (n = 450: 150 cases x 3, and 3000) at 1e-2: default and ``form=None``;
     * 10 pooled groups of 30 and 100 runs (1e-2) and 300 runs (1e-3), default form, both paths.
 
@@ -929,7 +929,7 @@ def full_batches(reps: int = 100, fresh_factor: float | None = None, fresh_per_c
             out.append(Batch(f, "operator", n, (1e-2, 1e-3), FORMS["operator"], **kw))
     for f in CLUSTER_FAMILIES:
         for n in (300, 1000, 3000):
-            out += [Batch(f, p, n, (1e-2,), ("default",), **kw) for p in ("plain", "operator")]
+            out += [Batch(f, p, n, (1e-2,), FORMS[p], **kw) for p in ("plain", "operator")]
     for n in (450, 3000):
         out.append(Batch("duplicates_x3", "plain", n, (1e-2,), ("default", "none"), **kw))
         out.append(Batch("duplicates_x3", "operator", n, (1e-2,), ("default",), **kw))
