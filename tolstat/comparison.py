@@ -60,7 +60,7 @@ from scipy import stats as _st
 from ._version import __version__
 from .dataset import FINGERPRINT, concat, run_units, validate
 from .scale import ScaleModel, run_scores
-from ._inference import budget_verdict, clopper_pearson as _cp
+from ._inference import budget_verdict, clopper_pearson
 from .decision import entry_run_values, exceeds
 from ._util import ANY
 from .selection import select
@@ -971,7 +971,7 @@ def _pool_folds(cells: _Cells, bl: list[float], g: float) -> dict[str, np.ndarra
         "tightness": np.full((M, G, B), np.nan), "stability": np.full((M, G, B), np.nan),
         "verdict": np.full((M, G, B), "", dtype=object),
     }
-    p["fp_lo"], p["fp_hi"] = _cp(p["fp"], p["n_test"], g)
+    p["fp_lo"], p["fp_hi"] = clopper_pearson(p["fp"], p["n_test"], g)
     for ix in np.ndindex(M, G, B):
         p["verdict"][ix] = budget_verdict(p["fp_lo"][ix], p["fp_hi"][ix], bl[ix[2]])
         rs = cells.ratios.get(ix)
@@ -987,7 +987,7 @@ def _pool_folds(cells: _Cells, bl: list[float], g: float) -> dict[str, np.ndarra
 def _result_dataset(cells: _Cells, p: dict[str, np.ndarray], rules: list[Rule], grp: _Groups, bl: list[float],
                     g: float, attrs: dict[str, Any]) -> xr.Dataset:
     """The ``method x group x budget x fold`` dataset of :class:`CompareResult`."""
-    lo, hi = _cp(cells.fp, cells.n_test, g)
+    lo, hi = clopper_pearson(cells.fp, cells.n_test, g)
     with np.errstate(invalid="ignore", divide="ignore"):
         fp_rate = np.where(cells.n_test > 0, cells.fp / np.maximum(cells.n_test, 1), np.nan)
         recall = np.where(cells.n_bug > 0, cells.caught / np.maximum(cells.n_bug, 1), np.nan)
@@ -1059,7 +1059,7 @@ def _summary_rows(cells: _Cells, p: dict[str, np.ndarray], rules: list[Rule], gr
 def _row(rule: Rule, budget: float, fp: int, n: int, level: float, tight: float, stab: float, nb: int,
          caught: int, *, group: str | None = None, refused_folds: int = 0, reason: str = "",
          n_runs: int = 0) -> dict[str, Any]:
-    lo, hi = _cp(fp, n, level)
+    lo, hi = clopper_pearson(fp, n, level)
     row: dict[str, Any] = {"method": rule.name, "family": rule.family, "budgeted": rule.budgeted}
     if group is not None:
         row["group"] = group

@@ -367,7 +367,7 @@ def shift(
             row["note"] = (row["note"] + "; " if row["note"] else "") + \
                 f"{ia} A / {ib} B run score(s) may be lower bounds (truncated front)"
         rows.append(row)
-    p_holm = _holm(np.array([r.get("ks_p", math.nan) for r in rows]), alpha)
+    p_holm = holm(np.array([r.get("ks_p", math.nan) for r in rows]))
     data = _dataset(common, rows, p_holm, alpha)
     data.attrs.update({
         "fp_budget": float(fp_budget), "confidence": float(confidence), "form": form or "",
@@ -379,11 +379,6 @@ def shift(
                      "tolstat._inference.clopper_pearson (exact interval); statsmodels multipletests (holm)",
     })
     return ShiftResult(data=data, table=table, only_a=only_a, only_b=only_b)
-
-
-def _holm(pv: np.ndarray, alpha: float) -> np.ndarray:
-    """Holm-adjusted p-values of the finite entries of ``pv`` (NaN stays NaN; :func:`tolstat._inference.holm`)."""
-    return holm(pv)
 
 
 def _dataset(common: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]], p_holm: np.ndarray,
