@@ -21,7 +21,7 @@ import scipy
 import xarray as xr
 from scipy import stats
 
-from tolstat.estimators import bootstrap_quantile_bound, fit, gpd_fit_mle, quantile_groups
+from tolstat.models.estimators import bootstrap_quantile_bound, fit, gpd_fit_mle, quantile_groups
 
 
 def timeit(fn, repeats):

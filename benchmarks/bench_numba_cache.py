@@ -20,7 +20,7 @@ from pathlib import Path
 
 WORKLOAD = """
 import tolstat
-from tolstat.cli import _demo_dataset
+from tolstat.cli.main import _demo_dataset
 ds = _demo_dataset(60, 0)
 tolstat.select(ds, fp_budget=0.05, confidence=0.9)
 """

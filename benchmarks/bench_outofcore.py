@@ -98,7 +98,7 @@ def phase_readpass(path: str, chunk_runs: int) -> dict:
 
 def phase_calibrate(path: str, chunk_runs: int, k: int, p_bound: float, confidence: float,
                     p_quantile: float) -> dict:
-    from tolstat import tail
+    from tolstat.models.estimators import tail
 
     ds = _open(path, chunk_runs)
     n_el = int(ds["sample_abs"].size)

@@ -11,7 +11,7 @@ start and the end is recorded (on a shared machine absolute times move, the rati
 * :func:`tolstat.check` on 1e6 float16 elements against one numpy pass
   ``np.abs(a.astype(np.float64) - b.astype(np.float64)).max()``, and its overhead on
   1,000 elements;
-* :func:`tolstat.noise.record_statistics` (one fused pass) against its numpy definition;
+* :func:`tolstat.measure.noise.record_statistics` (one fused pass) against its numpy definition;
 * streaming collection (``collect(store=...)``) against in-memory collection, per run
   (the marginal cost between two run counts; the fixed cost of a store separately);
 * per-group quantiles against the numpy loop;
@@ -76,7 +76,7 @@ def bench_import(rows, repeats):
     for _ in range(repeats):  # alternate, so that load changes hit both
         tol.append(_import_s("import tolstat"))
         base.append(_import_s("import numpy"))
-        plug.append(_import_s("import tolstat.pytest_plugin", before="import pytest"))
+        plug.append(_import_s("import tolstat.checks.pytest_plugin", before="import pytest"))
     t_tol, t_np = statistics.median(tol), statistics.median(base)
     rows.append(dict(name="import tolstat (fresh process)", value=t_tol, unit="s", baseline=t_np,
                      baseline_name="import numpy", goal="< 0.3 s", met=t_tol < 0.3))
@@ -116,7 +116,7 @@ def bench_check(rows, repeats):
 def bench_noise(rows, repeats):
     import numpy as np
 
-    from tolstat import noise
+    from tolstat.measure import noise
 
     rng = np.random.default_rng(2)
     e = rng.standard_normal((1000, 1000))
@@ -191,7 +191,7 @@ def bench_stream(rows, runs):
 def bench_quantiles(rows, repeats, quick):
     import numpy as np
 
-    from tolstat.estimators import quantile_groups
+    from tolstat.models.estimators import quantile_groups
 
     rng = np.random.default_rng(3)
     G, N = (100, 100_000) if quick else (400, 100_000)
@@ -227,7 +227,7 @@ def bench_evaluate(rows):
     try:
         for label, extra, goal_gb in (("default", [], 1.0), ("--fp-budget 0.001", ["--fp-budget", "0.001"], 2.0)):
             try:
-                rss, cpu, wall, table = _time_v([sys.executable, "-m", "tolstat.cli", "evaluate", "--no-plots",
+                rss, cpu, wall, table = _time_v([sys.executable, "-m", "tolstat.cli.main", "evaluate", "--no-plots",
                                                  "--no-progress", "-o", str(out / "o"), *extra])
             except RuntimeError as exc:  # the run failed: say so, keep the other rows
                 rows.append(dict(name=f"tolstat evaluate {label}", value=float("nan"), unit="-",

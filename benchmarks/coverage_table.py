@@ -1,4 +1,4 @@
-"""Coverage table of the certified thresholds (``tolstat.certify``) on families with known truth.
+"""Coverage table of the certified thresholds (``tolstat.calibration.engine``) on families with known truth.
 
 Runs the full simulation grid of ``tests/_certify_sim.py`` and writes
 ``benchmarks/results/coverage_certify.md`` (the table in ``docs/guarantees.md``) and

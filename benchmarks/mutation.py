@@ -8,7 +8,7 @@ Usage (from the repository root; not part of the CI test run)::
     python benchmarks/mutation.py --fresh         # discard cached results first
     python benchmarks/mutation.py --sample 60 --seed 17 --max-children 1
                                                   # seeded stratified random sample
-    python benchmarks/mutation.py --sample 40 --seed 31 "tolstat.certify.*"
+    python benchmarks/mutation.py --sample 40 --seed 31 "tolstat.calibration.engine.*"
                                                   # the same draw, of one module only
 
 A full run of every core mutant (about 10500) takes hours on two cores. ``--sample N
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="a sentence written at the top of the results (e.g. that a held-out sample has "
                          "since been tuned: tests were written against its survivors)")
     ap.add_argument("names", nargs="*",
-                    help="mutant name globs, e.g. 'tolstat.checks.*' (re-runs those); with --sample: "
+                    help="mutant name globs, e.g. 'tolstat.checks.checking.*' (re-runs those); with --sample: "
                          "only the sampled mutants they match are run and scored")
     args = ap.parse_args(argv)
     if args.tag and not all(ch.isalnum() or ch in "_-" for ch in args.tag):

@@ -8,7 +8,7 @@ For every (op, dtype) of the corpus the script runs
   buggy run is *detectable* when it differs from its paired correct output by more than
   one ULP somewhere, as ``tolstat evaluate`` defines it),
 
-computes per run the statistics of :func:`tolstat.noise.run_statistics` twice (with the
+computes per run the statistics of :func:`tolstat.measure.noise.run_statistics` twice (with the
 op's magnitude ``m = op(|inputs|)`` and with the fallback ``m = |ref|``) plus a baseline
 max-only score ``max |d| / (u_out (|ref| + rms(ref)))``, and reports, per method, the
 false-positive rate on the held-out controls and the recall on detectable buggy runs at a
@@ -50,7 +50,7 @@ SUBTLE_FOCUS = ("matmul_lowp_acc", "mean_lowp_acc", "cumsum_lowp_carry",
 
 # ------------------------------------------------------------------------- collection
 def _baseline(out, ref, dtype):
-    from tolstat.noise import unit_roundoff
+    from tolstat.measure.noise import unit_roundoff
 
     d = np.abs(out.astype(np.float64) - ref)
     if not np.isfinite(d).all():
@@ -63,8 +63,8 @@ def _baseline(out, ref, dtype):
 
 def collect_runs(ops, dtypes, n_cal, n_test, seed, quick=False, progress=True):
     from tolstat import corpus
-    from tolstat.metrics import ulp_distance
-    from tolstat.noise import run_statistics
+    from tolstat.measure.metrics import ulp_distance
+    from tolstat.measure.noise import run_statistics
 
     rows = []
     bugs_by_op = {}

@@ -29,7 +29,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 import _promise_sim as ps  # noqa: E402
 
-from tolstat._util import atomic_write_text  # noqa: E402
+from tolstat._base.util import atomic_write_text  # noqa: E402
 
 
 def _run(batch: ps.Batch, names: list[str], vectorised: bool) -> list[ps.CellResult]:

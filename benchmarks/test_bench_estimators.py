@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tolstat.estimators import bootstrap_quantile_bound, gpd_fit_mle, quantile_groups
+from tolstat.models.estimators import bootstrap_quantile_bound, gpd_fit_mle, quantile_groups
 
 
 @pytest.fixture(scope="module")

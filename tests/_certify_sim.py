@@ -1,4 +1,4 @@
-"""Coverage simulation of :func:`tolstat.certify.certify` on run statistics with KNOWN truth.
+"""Coverage simulation of :func:`tolstat.calibration.engine.certify` on run statistics with KNOWN truth.
 
 Each family draws per-run statistics from a distribution whose survival function is known
 in closed form, so the TRUE false-positive rate of a threshold ``t`` on the combined score
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from tolstat.certify import certify, fit_size
-from tolstat.estimators.orderstat import order_statistic_min_n
+from tolstat.calibration.engine import certify, fit_size
+from tolstat.models.estimators.orderstat import order_statistic_min_n
 
 CONFIDENCE = 0.95
 

@@ -23,7 +23,7 @@ import pytest
 import xarray as xr
 
 import tolstat
-from tolstat.table import load_table
+from tolstat.calibration.table import load_table
 
 pytest.importorskip("h5netcdf")
 
@@ -32,8 +32,8 @@ HELPER = textwrap.dedent(
     import os, signal, sys
     import numpy as np
     import tolstat
-    from tolstat import stream
-    from tolstat.dataset import summarize_run
+    from tolstat.dataset import stream
+    from tolstat.dataset.schema import summarize_run
 
     def kernel(x):
         return (x.astype(np.float16) * np.float16(3.0)).astype(np.float16)
@@ -68,7 +68,7 @@ HELPER = textwrap.dedent(
         return dss, tabs, recs
 
     def writers():
-        from tolstat.pytest_plugin import TolstatSession
+        from tolstat.checks.pytest_plugin import TolstatSession
 
         dss, tabs, recs = payloads()
 
@@ -217,8 +217,8 @@ def test_kill9_store_resumes_complete(helper, tmp_path):
         pid = int(helper.ask("start", "store", store))
         time.sleep(rnd.uniform(0.3, 2.0))
         _kill(pid)
-        done = len(tolstat.stream.store_progress(store).done) if store.exists() else 0
-        ds = tolstat.stream.collect_to_store(m.kernel, m.reference, m.make, store=store, progress=False,
+        done = len(tolstat.dataset.stream.store_progress(store).done) if store.exists() else 0
+        ds = tolstat.dataset.stream.collect_to_store(m.kernel, m.reference, m.make, store=store, progress=False,
                                              chunk_runs=2, **m.STORE_KW)
         a, b = expected.copy(), ds.copy()
         a.attrs.pop("provenance")
@@ -249,7 +249,7 @@ def test_concurrent_writers_reader_never_sees_a_torn_file(helper, tmp_path, kind
 
 
 def test_unique_temporary_names_and_cleanup_of_dead_writers(tmp_path):
-    from tolstat._util import _tmp_path, atomic_write_text, clean_stale
+    from tolstat._base.util import _tmp_path, atomic_write_text, clean_stale
 
     dest = tmp_path / "t.json"
     names = {_tmp_path(dest).name for _ in range(100)}
@@ -267,7 +267,7 @@ def test_unique_temporary_names_and_cleanup_of_dead_writers(tmp_path):
 
 
 def test_failed_write_leaves_old_file_and_no_temporary(tmp_path):
-    from tolstat._util import atomic_write
+    from tolstat._base.util import atomic_write
 
     dest = tmp_path / "d.zarr"
 

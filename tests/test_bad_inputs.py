@@ -18,12 +18,13 @@ import pytest
 import xarray as xr
 
 import tolstat
-from tolstat import _validate, stream
-from tolstat.cli import main as cli_main
-from tolstat.dataset import DuplicateRunsWarning, duplicate_runs
-from tolstat.evaluate import EvalConfig
-from tolstat.metrics import ulp_distance
-from tolstat.table import ToleranceTable, load_table
+from tolstat._base import validate as _validate
+from tolstat.dataset import stream
+from tolstat.cli.main import main as cli_main
+from tolstat.dataset.schema import DuplicateRunsWarning, duplicate_runs
+from tolstat.assess.evaluation import EvalConfig
+from tolstat.measure.metrics import ulp_distance
+from tolstat.calibration.table import ToleranceTable, load_table
 
 pytest.importorskip("h5netcdf")
 pytest_plugins = ["pytester"]
@@ -121,7 +122,7 @@ def test_ulp_distance_refuses_non_real(bad, match):
     ("float32", float(np.finfo(np.float32).max), 1e39),
 ])
 def test_saturated_output_is_not_zero_ulp(dtype, sat, ref):
-    a = np.array([sat, -sat]).astype(tolstat.metrics.target_dtype(dtype).np_dtype)
+    a = np.array([sat, -sat]).astype(tolstat.measure.metrics.target_dtype(dtype).np_dtype)
     d = ulp_distance(a, np.array([ref, -ref]), dtype)
     assert np.all(d == np.inf)
     # an in-range reference next to the maximum is still counted exactly
@@ -597,9 +598,9 @@ def test_one(tolstat_check):
 def _plugin_args():
     import importlib.metadata
 
-    installed = any(ep.value == "tolstat.pytest_plugin"
+    installed = any(ep.value == "tolstat.checks.pytest_plugin"
                     for ep in importlib.metadata.entry_points(group="pytest11"))
-    return () if installed else ("-p", "tolstat.pytest_plugin")
+    return () if installed else ("-p", "tolstat.checks.pytest_plugin")
 
 
 @pytest.mark.parametrize("kind", ["directory", "corrupt", "tampered"])
@@ -635,7 +636,7 @@ def test_plugin_bad_record_path_fails_at_start(pytester, tmp_path, path, match):
 
 def test_tail_options_min_exceedances_below_two_named():
     """A tail fit needs two exceedances: TailOptions says so itself, naming the field."""
-    from tolstat.bounds import TailOptions
+    from tolstat.calibration.bounds import TailOptions
 
     with pytest.raises(ValueError, match=r"TailOptions\.min_exceedances must be >= 2.*got 1"):
         TailOptions(min_exceedances=1)

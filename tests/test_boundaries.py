@@ -18,11 +18,11 @@ import pytest
 from scipy import stats
 
 import tolstat
-from tolstat import metrics
-from tolstat.checks import check
-from tolstat.estimators import conformal_min_n, conformal_rank, order_statistic_min_n
-from tolstat.bounds import TailOptions
-from tolstat.selection import Calibration, calibrate, exceedance_probability, load_table, select
+from tolstat.measure import metrics
+from tolstat.checks.checking import check
+from tolstat.models.estimators import conformal_min_n, conformal_rank, order_statistic_min_n
+from tolstat.calibration.bounds import TailOptions
+from tolstat.calibration.selection import Calibration, calibrate, exceedance_probability, load_table, select
 
 from table_helpers import group as _group, table as _table  # noqa: E402
 
@@ -138,7 +138,7 @@ def test_tail_model_min_runs_and_extrapolation_boundaries():
 def test_tail_threshold_is_floored_at_the_sample_maximum():
     """A tail bound inside the data (here the bootstrap percentile bound) is raised to the
     sample maximum: the threshold never passes a run the calibration data contradicts."""
-    from tolstat.estimators import bootstrap_return_level_bound
+    from tolstat.models.estimators import bootstrap_return_level_bound
 
     x = np.random.default_rng(0).exponential(size=60)
     c = calibrate(x, 0.04, 0.95, method="evt", tail=TailOptions(bound="bootstrap", n_resamples=300))
@@ -350,7 +350,7 @@ def test_ordered_int_negative_float32_by_nextafter():
 
 # --------------------------------------------------------------------------- Calibration fields
 def _expect_common(c, x, a, g, method):
-    from tolstat.bounds import tail_fit
+    from tolstat.calibration.bounds import tail_fit
 
     assert (c.budget, c.confidence, c.method, c.n) == (a, g, method, x.size)
     np.testing.assert_array_equal(c.top, np.sort(x)[::-1][:256])
@@ -388,7 +388,7 @@ def test_calibration_records_every_field():
 
 
 def test_conformal_threshold_direct_message():
-    from tolstat.bounds import conformal_threshold
+    from tolstat.calibration.bounds import conformal_threshold
 
     x = np.arange(98.0)
     with pytest.raises(ValueError, match=r"^n = 98 runs are too few for a split-conformal bound at budget 0.01: "
@@ -424,7 +424,7 @@ def test_conservative_tail_bound_is_the_documented_formula(dist):
 
 
 def test_tail_threshold_direct_message():
-    from tolstat.bounds import TailOptions, tail_fit, tail_threshold
+    from tolstat.calibration.bounds import TailOptions, tail_fit, tail_threshold
 
     x = np.random.default_rng(1).exponential(size=40)
     with pytest.raises(ValueError, match=r"^the order statistic needs n >= 2995 runs for budget 0.001 at confidence "
@@ -435,8 +435,8 @@ def test_tail_threshold_direct_message():
 def test_tail_threshold_estimate_and_bootstrap_settings():
     """The point estimate is the GPD return level below the tail rate zeta and the empirical
     quantile at or above it; the bootstrap bound is computed with the options given."""
-    from tolstat.bounds import TailOptions, tail_fit, tail_threshold
-    from tolstat.estimators import bootstrap_return_level_bound
+    from tolstat.calibration.bounds import TailOptions, tail_fit, tail_threshold
+    from tolstat.models.estimators import bootstrap_return_level_bound
 
     x = np.random.default_rng(8).exponential(size=400)
     fit = tail_fit(x, 0.1, 30)
@@ -462,7 +462,7 @@ def test_tail_threshold_estimate_and_bootstrap_settings():
 
 
 def test_split_budget_single_check_and_defaults():
-    from tolstat.bounds import TailOptions, split_budget, tail_fit, tail_threshold
+    from tolstat.calibration.bounds import TailOptions, split_budget, tail_fit, tail_threshold
 
     assert split_budget(0.01, 1) == pytest.approx(0.01, rel=1e-15)
     assert split_budget(0.01, 1, method="bonferroni") == 0.01

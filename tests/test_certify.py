@@ -1,4 +1,4 @@
-"""Unit tests of tolstat.certify: units, split, normalisers, score, thresholds and their labels."""
+"""Unit tests of tolstat.calibration.engine: units, split, normalisers, score, thresholds and their labels."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from tolstat.certify import (
+from tolstat.calibration.engine import (
     NotEnoughData,
     UnreachableThresholdWarning,
     certify,
@@ -22,7 +22,7 @@ from tolstat.certify import (
     split_units,
     union_budget,
 )
-from tolstat.estimators.orderstat import order_statistic_min_n, order_statistic_rank
+from tolstat.models.estimators.orderstat import order_statistic_min_n, order_statistic_rank
 
 
 # --------------------------------------------------------------------------- units
@@ -121,7 +121,7 @@ def test_union_budget_bonferroni_and_stated_sidak():
 
 
 def test_holm_adjusts_the_finite_p_values_and_keeps_nan():
-    from tolstat._inference import holm
+    from tolstat._base.inference import holm
 
     p = np.random.default_rng(0).random(17) ** 3
     with_nan = np.insert(p, [3, 9], np.nan)
@@ -393,7 +393,7 @@ def _sparse_pool(rng, k_pos=(7, 2, 0), heavy_last=False):
 
 
 def test_sparse_group_is_tested_on_its_few_scores_and_keeps_its_own_bound():
-    from tolstat.certify import _can_refuse, _max_bound, _pool_p_shape
+    from tolstat.calibration.engine import _can_refuse, _max_bound, _pool_p_shape
 
     st, lab = _sparse_pool(np.random.default_rng(21))
     res = certify(st, lab, fp_budget=0.01, pool_normalisers="own", on_refusal="record")

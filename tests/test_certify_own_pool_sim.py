@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tolstat.certify import certify
+from tolstat.calibration.engine import certify
 
 BUDGET, CONFIDENCE, GROUPS, UNITS = 0.01, 0.95, 10, 100
 C_J = np.array([1.0, 3.0])  # levels of the two statistics

@@ -1,4 +1,4 @@
-"""Coverage simulation of the certified thresholds (``tolstat.certify``), truth known.
+"""Coverage simulation of the certified thresholds (``tolstat.calibration.engine``), truth known.
 
 For each cell (family, runs, groups, budget, statistics) the rate of calibrations whose TRUE
 false-positive rate exceeds the budget must be at most ``1 - confidence`` plus two

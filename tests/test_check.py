@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat.checks import CheckResult, assert_close, check
-from tolstat.selection import select
+from tolstat.checks.checking import CheckResult, assert_close, check
+from tolstat.calibration.selection import select
 
 pytest_plugins = ["pytester"]
 
@@ -35,7 +35,7 @@ def test_correct_output_passes(table):
     assert isinstance(r, CheckResult) and r.passed and bool(r)
     ent = table.entry("mul3", "float16")
     st = ent.statistics["max_score"]
-    # the kernel is correctly rounded: decision value 0 (tolstat.decision), every threshold passes
+    # the kernel is correctly rounded: decision value 0 (tolstat.calibration.decision), every threshold passes
     assert r.correctly_rounded and r.statistics["max_score"] == 0.0 and r.ratios["max_score"] == 0.0
     # one element one ULP off: the statistic recomputed here, max |d| / (atol + rtol |ref|) of the
     # table's scale model, is what the check compares

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tolstat
-from tolstat.cli import main
+from tolstat.cli.main import main
 
 
 def test_demo_and_summary(tmp_path, capsys):

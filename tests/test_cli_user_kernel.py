@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat.cli import main
+from tolstat.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,7 +125,7 @@ def test_check_reads_low_precision_npy(tmp_path, capsys, dtype, npdt):
     x = rng.standard_normal(64)
     np.save(tmp_path / "a.npy", kern(x))
     np.save(tmp_path / "e.npy", ref(x))
-    from tolstat._npy import load_array
+    from tolstat.cli.npy import load_array
 
     loaded = load_array(tmp_path / "a.npy", dtype)  # numpy itself reads raw bytes or fails
     assert loaded.dtype == np.dtype(npdt)
@@ -165,7 +165,7 @@ def test_low_precision_through_dlpack_alone(name):
     ref = torch.randn(6, 5, dtype=torch.float64)
     out = ref.to(dt)
     for t in (out, out.T, out[:, ::2]):  # contiguous, transposed, strided
-        a = tolstat.metrics.as_array(_OnlyDLPack(t))
+        a = tolstat.measure.metrics.as_array(_OnlyDLPack(t))
         assert a.dtype == np.dtype(getattr(ml_dtypes, name))
         np.testing.assert_array_equal(a.astype(np.float64), t.to(torch.float64).numpy())
     refs = [torch.randn(32, dtype=torch.float64) for _ in range(40)]
@@ -180,7 +180,7 @@ def test_low_precision_through_dlpack_alone(name):
 
 
 def test_dlpack_refuses_non_low_precision_codes():
-    from tolstat._dlpack import from_dlpack_lowp
+    from tolstat.measure.dlpack import from_dlpack_lowp
 
     with pytest.raises(TypeError, match="is not bfloat16 or float8"):
         from_dlpack_lowp(np.zeros(3, np.int32), name="x")
@@ -188,14 +188,14 @@ def test_dlpack_refuses_non_low_precision_codes():
 
 def test_import_does_not_need_fcntl():
     code = ("import sys; sys.modules['fcntl'] = None\n"
-            "import tolstat, tolstat.stream\nprint('ok')")
+            "import tolstat, tolstat.dataset.stream\nprint('ok')")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                          env={**__import__('os').environ, "PYTHONPATH": str(ROOT)})
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-2000:]
 
 
 def test_store_lock_refuses_a_second_writer(tmp_path):
-    from tolstat.stream import _locked
+    from tolstat.dataset.stream import _locked
 
     store = tmp_path / "s.zarr"
     with _locked(store):

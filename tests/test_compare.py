@@ -9,7 +9,7 @@ import pytest
 import xarray as xr
 
 import tolstat
-from tolstat.comparison import (CompareResult, StudyRule, assign_folds, calibrate_and_score, compare,
+from tolstat.assess.comparison import (CompareResult, StudyRule, assign_folds, calibrate_and_score, compare,
                              make_rule)
 
 N_CASES = 1000
@@ -89,7 +89,7 @@ def test_interval_is_scipy_clopper_pearson(result):
 def test_cp_matches_binomtest(k, n):
     from scipy.stats import binomtest
 
-    from tolstat._inference import clopper_pearson as _cp
+    from tolstat._base.inference import clopper_pearson as _cp
 
     ci = binomtest(k, n).proportion_ci(0.9, method="exact")
     lo, hi = _cp(k, n, 0.9)
@@ -195,7 +195,7 @@ def test_in_memory_and_dask_backed_agree(tmp_path, correct):
 
 
 def test_results_round_trip(tmp_path, result):
-    paths = result.write(tmp_path, plots=False)
+    paths = result.write(tmp_path)
     names = sorted(p.name for p in paths)
     assert names == ["compare.json", "compare.nc", "summary.txt"]
     doc = json.loads((tmp_path / "compare.json").read_text())
@@ -207,7 +207,9 @@ def test_results_round_trip(tmp_path, result):
 
 def test_plots_written(tmp_path, result):
     pytest.importorskip("matplotlib")
-    paths = result.write(tmp_path)
+    from tolstat.cli.plots import plot_compare
+
+    paths = plot_compare(result, tmp_path)
     assert {"calibration.png", "recall_fp.png", "thresholds.png"} <= {p.name for p in paths}
 
 
@@ -239,7 +241,7 @@ def test_make_rule_forms():
 
 
 def test_cli_compare(tmp_path, correct, capsys):
-    from tolstat.cli import main
+    from tolstat.cli.main import main
 
     p = tolstat.save(correct, tmp_path / "e.nc")
     out = tmp_path / "out"
@@ -260,7 +262,7 @@ def test_cli_compare(tmp_path, correct, capsys):
     (["--methods", "magic"], "unknown method"),
 ])
 def test_cli_bad_arguments(tmp_path, correct, capsys, args, match):
-    from tolstat.cli import main
+    from tolstat.cli.main import main
 
     p = tolstat.save(correct.isel(run=slice(0, 60)), tmp_path / "e.nc")
     rc = main(["compare", str(p), "--no-progress", "--no-plots", *args])
@@ -273,7 +275,7 @@ def test_cli_bad_arguments(tmp_path, correct, capsys, args, match):
                                      {"form": None, "statistic": ("max_abs", "bias")}])
 def test_dataset_scores_equal_check_on_raw_outputs(options):
     """Scoring held-out runs from the dataset gives tolstat.check's ratio on the raw output."""
-    from tolstat.comparison import SelectRule
+    from tolstat.assess.comparison import SelectRule
 
     rng = np.random.default_rng(7)
 
@@ -297,7 +299,7 @@ def test_dataset_scores_equal_check_on_raw_outputs(options):
     want = [max(tolstat.check(a, e, op="mm", dtype="float16", table=fitted.table, hardware="cpu",
                               covariates=c).ratios.values()) for a, e, _, c in test_pairs]
     np.testing.assert_allclose(got, want, rtol=1e-12)
-    # correctly rounded outputs have decision value 0 (tolstat.decision); the others do not
+    # correctly rounded outputs have decision value 0 (tolstat.calibration.decision); the others do not
     assert np.isfinite(got).all() and (np.asarray(want) > 0).any()
 
 
@@ -305,9 +307,9 @@ def test_fold_thresholds_from_mergeable_per_fold_topk(correct, result):
     """One pass of per-fold top-k gives every fold's training order-statistic bound by merging.
 
     The order-statistic thresholds compare reports equal the bound computed from the top-k
-    of the other folds, merged (tolstat.estimators.tail: group_topk + topk_order_statistic_bound).
+    of the other folds, merged (tolstat.models.estimators.tail: group_topk + topk_order_statistic_bound).
     """
-    from tolstat.estimators.tail import group_topk, topk_order_statistic_bound
+    from tolstat.models.estimators.tail import group_topk, topk_order_statistic_bound
 
     fold = result.run_fold
     ds = correct.assign_coords(fold=("run", fold.astype(str)))

@@ -69,7 +69,7 @@ def test_fit_on_dask_equals_in_memory(stored, chunk, method, opts):
 
 def test_run_scores_blockwise_equals_whole(stored, monkeypatch):
     """Scores read RUN_BLOCK runs at a time equal those of one whole read."""
-    from tolstat import scale, statistics
+    from tolstat.models import scale, statistics
 
     ds, path = stored
     model = scale.fit_scale(ds.isel(run=slice(0, 300)), "allclose")

@@ -10,7 +10,7 @@ import pytest
 import xarray as xr
 
 import tolstat
-from tolstat import io as tio
+from tolstat.dataset import io as tio
 
 
 def _kernel(a, b):

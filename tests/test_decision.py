@@ -3,10 +3,10 @@
 For tables of every form, built through the public API from ``(actual, expected)`` pairs:
 
 * the value :func:`tolstat.check` compares with each threshold equals, exactly, the decision
-  value of the same run in the calibration dataset (:func:`tolstat.decision.run_values`),
+  value of the same run in the calibration dataset (:func:`tolstat.calibration.decision.run_values`),
   and the threshold is one of those values (the engine certifies in the check's units);
-* :func:`tolstat.check_runs` and the scores of :mod:`tolstat.comparison` (which
-  :func:`tolstat.compare` and :func:`tolstat.evaluate` count) give, run by run, the
+* :func:`tolstat.check_runs` and the scores of :mod:`tolstat.assess.comparison` (which
+  :func:`tolstat.compare` and :func:`tolstat.assess.evaluation` count) give, run by run, the
   pass/fail of :func:`tolstat.check`.
 """
 
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat.comparison import SelectRule, calibrate_and_score
-from tolstat.decision import run_values
+from tolstat.assess.comparison import SelectRule, calibrate_and_score
+from tolstat.calibration.decision import run_values
 
 HW = "sim"
 

@@ -6,7 +6,7 @@ import pytest
 from estimators_helpers import make_errors
 from scipy import stats
 
-from tolstat.estimators import fit, group_values, pot_fit, quantile
+from tolstat.models.estimators import fit, group_values, pot_fit, quantile
 
 
 @pytest.fixture(scope="module")

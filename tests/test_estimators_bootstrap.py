@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tolstat.estimators import (
+from tolstat.models.estimators import (
     bootstrap_quantile_bound,
     bootstrap_quantile_distribution,
     bootstrap_return_level_bound,
     jackknife_quantile,
 )
-from tolstat.estimators.bootstrap import bca_level
+from tolstat.models.estimators.bootstrap import bca_level
 
 
 @pytest.mark.parametrize("p", [0.5, 0.9])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tolstat.estimators import (
+from tolstat.models.estimators import (
     gev_fit_mle,
     gev_loglik,
     gev_return_level,
@@ -122,7 +122,7 @@ def test_pot_fit_is_scale_equivariant_at_extreme_magnitudes(scale):
     endpoint and return level scale with the data, xi, zeta and the exceedance count do
     not, and the log-likelihood shifts by -n_exceed log(scale)."""
     base = 1.0 + np.random.default_rng(3).pareto(3.0, (2, 400))
-    from tolstat.estimators import evt
+    from tolstat.models.estimators import evt
 
     ref, _ = evt.pot_fit_groups(base, 0.001)
     got, _ = evt.pot_fit_groups(base * scale, 0.001)

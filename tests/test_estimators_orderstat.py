@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tolstat.estimators import (
+from tolstat.models.estimators import (
     conformal_bound,
     conformal_min_n,
     conformal_rank,

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from tolstat.estimators import kth_smallest_groups, quantile, quantile_groups, topk, topk_groups
+from tolstat.models.estimators import kth_smallest_groups, quantile, quantile_groups, topk, topk_groups
 
 METHODS = ["linear", "lower", "higher", "nearest"]
 finite = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False)
@@ -118,7 +118,7 @@ def test_topk_and_kth():
 import contextlib
 import importlib
 
-_qmod = importlib.import_module("tolstat.estimators.quantile")
+_qmod = importlib.import_module("tolstat.models.estimators.quantile")
 special = st.sampled_from(
     [0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308, -1e-310, 1.0, -1.0, 1.0 + 2**-52,
      1.0 - 2**-53, 3.0, -7.5, 1e300, -1e300, np.inf, -np.inf]
@@ -215,7 +215,7 @@ def test_radix_large_groups_default_cutoffs():
 def test_pot_radix_kernel_matches_copying_kernel(q):
     # the long-row POT kernel selects the threshold by radix selection: same u, zeta and
     # n_exceed as the copying kernel; the MLE sees the exceedances in another order
-    evt = importlib.import_module("tolstat.estimators.evt")
+    evt = importlib.import_module("tolstat.models.estimators.evt")
     rng = np.random.default_rng(7)
     n = 5000
     x = np.vstack([rng.exponential(1.0, n), np.abs(rng.standard_normal(n)),

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat.cli import main
-from tolstat.evaluate import AllClose, EvalConfig, StudyRule, evaluate, write_outputs
+from tolstat.cli.main import main
+from tolstat.assess.evaluation import AllClose, EvalConfig, StudyRule, evaluate, write_outputs
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,9 @@ def test_evaluate_end_to_end(tiny_result, tmp_path):
     # gross bugs are caught by a static rule somewhere
     gross = [b for b in r.per_bug if b["category"] == "gross"]
     assert any(b["torch defaults"] > 0 for b in gross)
-    paths = write_outputs(r, tmp_path, plots=True)
+    from tolstat.cli.plots import plot_evaluation
+
+    paths = write_outputs(r, tmp_path) + plot_evaluation(r, tmp_path)
     names_written = {p.name for p in paths}
     assert {"results.json", "checks.nc", "calibration.nc", "recall_fp.png"} <= names_written
     doc = json.loads((tmp_path / "results.json").read_text())
@@ -117,10 +119,10 @@ def test_cli_evaluate_too_few_calibration_runs(tmp_path, capsys):
 
 
 def test_methods_are_the_comparison_rules(capsys):
-    """evaluate scores through tolstat.comparison: one TORCH_DEFAULTS, rules by name or dict, and a
+    """evaluate scores through tolstat.assess.comparison: one TORCH_DEFAULTS, rules by name or dict, and a
     rule without a threshold for some checks is skipped loudly, not counted as passing them."""
-    from tolstat import comparison
-    from tolstat.evaluate import TORCH_DEFAULTS, default_methods
+    from tolstat.assess import comparison
+    from tolstat.assess.evaluation import TORCH_DEFAULTS, default_methods
 
     assert TORCH_DEFAULTS is comparison.TORCH_DEFAULTS
     assert all(isinstance(m, comparison.Rule) for m in default_methods())
@@ -161,9 +163,9 @@ def test_kernel_protocol_calibrates_each_variant_on_its_own_runs():
 def test_partly_calibrated_method_is_measured_on_its_covered_checks(tmp_path):
     """A method that refuses some groups is left out of the comparison, and measured on the
     checks of the groups it covers: the same flags as the full method on those checks."""
-    from tolstat.comparison import Fitted, StudyRule
-    from tolstat.evaluate import partial_table
-    from tolstat.report import markdown_report
+    from tolstat.assess.comparison import Fitted, StudyRule
+    from tolstat.assess.evaluation import partial_table
+    from tolstat.cli.report import markdown_report
 
     class Float16Only(StudyRule):
         def fit(self, train, *, budget, confidence, by):

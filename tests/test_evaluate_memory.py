@@ -9,7 +9,7 @@ import numpy as np
 import xarray as xr
 
 import tolstat
-from tolstat.evaluate import (EvalConfig, _from_corpus_pairs, _heldout_pairs, _pairs_for, _SampleSink,
+from tolstat.assess.evaluation import (EvalConfig, _from_corpus_pairs, _heldout_pairs, _pairs_for, _SampleSink,
                               _union_covariates, calibration_dataset, heldout_datasets)
 
 
@@ -65,8 +65,8 @@ def test_sample_sink_grows_beyond_its_plan():
 def test_streamed_scores_equal_calibrate_and_score_on_all_checks():
     # evaluate scores each held-out (op, dtype) as it is made: the same numbers as the
     # per-fold core on the concatenated held-out datasets (the definition)
-    from tolstat.comparison import calibrate_and_score
-    from tolstat.evaluate import BY, _CHECK_LABELS, _fit_and_score, default_methods
+    from tolstat.assess.comparison import calibrate_and_score
+    from tolstat.assess.evaluation import BY, _CHECK_LABELS, _fit_and_score, default_methods
 
     cfg = EvalConfig.preset("tiny", ops=OPS, n_test=2)
     cal = calibration_dataset(cfg, progress=False)

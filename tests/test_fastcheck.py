@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat._fastcheck import cached_entry, fast_check
-from tolstat._fused import decode_table, fused_max
-from tolstat.checks import check_metrics
-from tolstat.metrics import error_metrics
+from tolstat.checks.fast import cached_entry, fast_check
+from tolstat.measure.fused import decode_table, fused_max
+from tolstat.checks.checking import check_metrics
+from tolstat.measure.metrics import error_metrics
 
 
 @pytest.fixture(scope="module")

@@ -119,7 +119,7 @@ def test_cuda_requested_without_cuda_exits_2(gc, tmp_path, capsys):
 
 def test_shift_against_the_corpus_emulation(collected):
     # the dataset pairs with the corpus's own collection of the same cases
-    from tolstat.evaluate import EvalConfig, calibration_dataset
+    from tolstat.assess.evaluation import EvalConfig, calibration_dataset
 
     _, ds = collected
     # 10 cases: the variants of one case share its inputs and count as one unit (9 needed at 0.3)

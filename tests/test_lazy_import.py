@@ -29,9 +29,9 @@ def test_import_tolstat_loads_no_heavy_module():
 
 
 def test_pytest_plugin_module_loads_no_heavy_module():
-    assert _loaded_after("import tolstat.pytest_plugin") == []
+    assert _loaded_after("import tolstat.checks.pytest_plugin") == []
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    prog = "import sys, pytest, tolstat.pytest_plugin\nprint('numpy' in sys.modules)"
+    prog = "import sys, pytest, tolstat.checks.pytest_plugin\nprint('numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "False"  # not even numpy: pytest start-up pays nothing for it
 
@@ -51,39 +51,24 @@ def test_every_public_name_resolves_to_its_definition(name):
         assert value is getattr(mod, name)
 
 
-def test_submodule_import_keeps_the_public_function():
-    import tolstat.collect  # noqa: F401  (the submodule shares the function's name)
-
-    assert callable(tolstat.collect) and tolstat.collect.__name__ == "collect"
-    from tolstat import collect
-
-    assert collect is tolstat.collect
-
-
-def test_unknown_attribute_raises_attribute_error():
-    with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        tolstat.nope  # noqa: B018
+def test_no_module_or_package_shares_a_public_name():
+    """``tolstat.collect`` is the function: no submodule of that name can replace it on import."""
+    pkg = ROOT / "tolstat"
+    shadowed = [n for n in tolstat.__all__ if n not in tolstat._SUBMODULES
+                and ((pkg / f"{n}.py").exists() or (pkg / n / "__init__.py").exists())]
+    assert shadowed == []
 
 
-def test_every_cached_kernel_uses_tolstats_cache_locator():
-    """The cache locator is installed by each kernel module (not by ``import tolstat``,
-    which must not import numba): every cached kernel of the package is located by it."""
-    code = (
-        "import importlib, json, numba\n"
-        "mods = ['tolstat.metrics', 'tolstat.dataset', 'tolstat._fused', 'tolstat.estimators.quantile',\n"
-        "        'tolstat.estimators.evt', 'tolstat.estimators.bootstrap', 'tolstat.estimators._apply']\n"
-        "out = {}\n"
-        "for name in mods:\n"
-        "    mod = importlib.import_module(name)\n"
-        "    for k, v in vars(mod).items():\n"
-        "        impl = getattr(getattr(v, '_cache', None), '_impl', None)\n"
-        "        if isinstance(v, numba.core.registry.CPUDispatcher) and impl is not None and v.__module__ == name:\n"
-        "            out[name + '.' + k] = type(impl.locator).__name__\n"
-        "print(json.dumps(out))\n"
-    )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    env.pop("NUMBA_CACHE_DIR", None)
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    found = json.loads(res.stdout.strip().splitlines()[-1])
-    assert len(found) >= 20 and any(k.startswith("tolstat._fused.") for k in found)
-    assert set(found.values()) == {"TolstatCacheLocator"}, found
+@pytest.mark.parametrize("package", tolstat._SUBMODULES)
+def test_a_package_of_the_flow_loads_no_module_until_a_name_is_used(package):
+    assert _loaded_after(f"import tolstat.{package}") == []
+
+
+def test_a_package_resolves_a_name_to_its_defining_module():
+    import tolstat.dataset
+    import tolstat.dataset.schema
+
+    assert tolstat.dataset.run_units is tolstat.dataset.schema.run_units
+    assert "run_units" in tolstat.dataset.__all__ and "run_units" in dir(tolstat.dataset)
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        tolstat.dataset.nope  # noqa: B018

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat.merge import LABEL_FILL, merge_records, run_hashes, runs_with
+from tolstat.dataset.merge import LABEL_FILL, merge_records, run_hashes, runs_with
 
 
 def _kernel(x):
@@ -95,7 +95,7 @@ def test_merge_errors():
 
 
 def test_cli_merge(tmp_path, capsys):
-    from tolstat.cli import main
+    from tolstat.cli.main import main
 
     a, b = tmp_path / "cal.nc", tmp_path / "rec.nc"
     tolstat.save(_cal(runs=20), a)

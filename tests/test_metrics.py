@@ -11,7 +11,7 @@ from numpy.testing._private.utils import nulp_diff
 
 import tolstat
 from tolstat import error_metrics, ulp_distance
-from tolstat._dtypes import target_dtype
+from tolstat._base.dtypes import target_dtype
 
 NP_FLOATS = [np.float16, np.float32, np.float64]
 ML_FLOATS = ["bfloat16", "float8_e4m3fn", "float8_e5m2"]
@@ -28,8 +28,8 @@ def _edge_values(dt) -> np.ndarray:
 def _no_overflow(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Pairs where numpy's nulp_diff does not overflow its signed integer difference."""
     bits = {2: 15, 4: 31, 8: 63}[x.dtype.itemsize]
-    ix = tolstat.metrics.ordered_int(x, x.dtype).astype(float)
-    iy = tolstat.metrics.ordered_int(y, y.dtype).astype(float)
+    ix = tolstat.measure.metrics.ordered_int(x, x.dtype).astype(float)
+    iy = tolstat.measure.metrics.ordered_int(y, y.dtype).astype(float)
     return np.abs(ix - iy) < 2.0 ** bits - 1
 
 

@@ -1,4 +1,4 @@
-"""Operator noise model and whole-output statistics (tolstat.noise)."""
+"""Operator noise model and whole-output statistics (tolstat.measure.noise)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat import noise
-from tolstat._dtypes import target_dtype
-from tolstat.noise import noise_scale, record_statistics, register_invariant, run_statistics, unit_roundoff
+from tolstat.measure import noise
+from tolstat._base.dtypes import target_dtype
+from tolstat.measure.noise import noise_scale, record_statistics, register_invariant, run_statistics, unit_roundoff
 
 FORMATS = ["float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2"]
 
@@ -358,7 +358,7 @@ def test_corpus_magnitudes_bound_the_reference():
 
 
 def test_corpus_calibration_dataset_records_op_statistics():
-    from tolstat.evaluate import EvalConfig, calibration_dataset
+    from tolstat.assess.evaluation import EvalConfig, calibration_dataset
 
     cfg = EvalConfig(ops=["mean", "softmax"], dtypes=("float16",), n_cal=3, quick=True)
     ds = calibration_dataset(cfg, progress=False)

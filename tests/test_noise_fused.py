@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from tolstat import noise
+from tolstat.measure import noise
 
 
 def _numpy_record(actual, expected, **kw):

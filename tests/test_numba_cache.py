@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 import tolstat
-from tolstat import _numba_cache
-from tolstat.estimators import evt
-from tolstat.metrics import _ulp_kernel
+from tolstat._base import numba_cache as _numba_cache
+from tolstat.models.estimators import evt
+from tolstat.measure.metrics import _ulp_kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,7 +76,7 @@ def test_install_is_idempotent():
 def test_a_fresh_process_writes_its_cache_to_the_user_folder(tmp_path):
     code = textwrap.dedent("""
         import numpy as np
-        from tolstat.metrics import _ulp_kernel
+        from tolstat.measure.metrics import _ulp_kernel
         from tolstat import ulp_distance
         a = np.linspace(-1, 1, 11)
         ulp_distance(a.astype(np.float16), a, np.float16)

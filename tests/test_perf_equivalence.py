@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from tolstat import _validate
-from tolstat.dataset import pareto_frontier
+from tolstat._base import validate as _validate
+from tolstat.dataset.schema import pareto_frontier
 
 
 def _front_definition(abs_err, ref_abs):
@@ -91,7 +91,7 @@ def test_duplicate_rows_finds_copies():
 
 
 def test_run_quantiles_equal_numpy_bit_for_bit():
-    from tolstat.dataset import _QUANTILES, _quantile_linear
+    from tolstat.dataset.schema import _QUANTILES, _quantile_linear
 
     rng = np.random.default_rng(11)
     for t in range(600):
@@ -131,8 +131,8 @@ def test_corpus_casts_once_and_hands_out_fresh_arrays():
 
 @pytest.mark.parametrize("name", ["float16", "bfloat16"])
 def test_fused_ulp_distance_equals_general_path(name):
-    from tolstat import metrics
-    from tolstat._dtypes import target_dtype
+    from tolstat.measure import metrics
+    from tolstat._base.dtypes import target_dtype
 
     td = target_dtype(name)
     dt = td.np_dtype
@@ -163,7 +163,7 @@ def test_fused_ulp_distance_equals_general_path(name):
 
 
 def _metrics_definition(a, e, rel_floor):
-    from tolstat import metrics
+    from tolstat.measure import metrics
 
     a64, e64 = a.astype(np.float64).ravel(), e.astype(np.float64).ravel()
     with np.errstate(invalid="ignore", over="ignore"):
@@ -179,8 +179,8 @@ def _metrics_definition(a, e, rel_floor):
 
 @pytest.mark.parametrize("name", ["float16", "bfloat16", "float32"])
 def test_fused_error_metrics_equal_numpy_definition(name):
-    from tolstat import metrics
-    from tolstat._dtypes import target_dtype
+    from tolstat.measure import metrics
+    from tolstat._base.dtypes import target_dtype
 
     dt = target_dtype(name).np_dtype
     rng = np.random.default_rng(8)

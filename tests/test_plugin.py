@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat.selection import select
+from tolstat.calibration.selection import select
 
 pytest_plugins = ["pytester"]
 
 # installed (pip install -e .) the plugin loads through its pytest11 entry point;
 # from a bare source tree it has to be named
-_INSTALLED = any(ep.value == "tolstat.pytest_plugin"
+_INSTALLED = any(ep.value == "tolstat.checks.pytest_plugin"
                  for ep in importlib.metadata.entry_points(group="pytest11"))
-_LOAD = () if _INSTALLED else ("-p", "tolstat.pytest_plugin")
+_LOAD = () if _INSTALLED else ("-p", "tolstat.checks.pytest_plugin")
 
 # import h5py before pytester's in-process runs: it cannot be imported twice in one process
 pytest.importorskip("h5netcdf")
@@ -284,13 +284,13 @@ def test_hardware_policy_in_the_plugin(pytester, hw_table_path):
 
 # ----------------------------------------------------------------------- suite budget
 def test_suite_table_is_the_order_statistic_at_the_split_budget(cal_data):
-    from tolstat.pytest_plugin import suite_table
+    from tolstat.checks.pytest_plugin import suite_table
 
     base = select(cal_data, form=None, fp_budget=0.01, by=("op", "dtype"))
     t = suite_table(base, 0.01, 4)
     assert t.fp_budget == 0.0025
     e = t.entry("mul3", "float16")
-    from tolstat.decision import run_values
+    from tolstat.calibration.decision import run_values
 
     # the decision values the table was certified on (0 for correctly rounded runs)
     full = tolstat.calibrate(run_values(cal_data, "max_abs"), 0.0025, 0.95, method="order_statistic")
@@ -309,7 +309,7 @@ def test_suite_budget_in_pyproject(pytester, table_path):
     pytester.makefile(".toml", pyproject=f'[tool.tolstat]\ntable = "{table_path.as_posix()}"\nsuite_budget = 0.01\n')
     pytester.makeconftest("""
 def pytest_sessionfinish(session):
-    t = session.config.stash[__import__("tolstat.pytest_plugin").pytest_plugin._KEY].table
+    t = session.config.stash[__import__("tolstat.checks.pytest_plugin").checks.pytest_plugin._KEY].table
     print("PER_CHECK", t.fp_budget)
 """)
     res = pytester.runpytest(*_LOAD, "-s")
@@ -330,12 +330,12 @@ def pytest_sessionfinish(session):
 
 def test_entry_point_name_allows_dash_p():
     # pytest skips an entry point whose name is already registered: naming it after the
-    # module makes `pytest -p tolstat.pytest_plugin` work with tolstat installed
+    # module makes `pytest -p tolstat.checks.pytest_plugin` work with tolstat installed
     import tomllib
     from pathlib import Path
 
     pp = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
-    assert pp["project"]["entry-points"]["pytest11"] == {"tolstat.pytest_plugin": "tolstat.pytest_plugin"}
+    assert pp["project"]["entry-points"]["pytest11"] == {"tolstat.checks.pytest_plugin": "tolstat.checks.pytest_plugin"}
 
 
 def test_dash_p_with_the_entry_point_installed(pytester, monkeypatch, tmp_path):
@@ -347,11 +347,11 @@ def test_dash_p_with_the_entry_point_installed(pytester, monkeypatch, tmp_path):
     info = tmp_path / "site" / "tolstatsim-0.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tolstatsim\nVersion: 0\n")
-    (info / "entry_points.txt").write_text("[pytest11]\ntolstat.pytest_plugin = tolstat.pytest_plugin\n")
+    (info / "entry_points.txt").write_text("[pytest11]\ntolstat.checks.pytest_plugin = tolstat.checks.pytest_plugin\n")
     root = str(Path(__file__).parents[1])
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(info.parent), root]))
     pytester.makepyfile("def test_a(tolstat_check):\n    pass\n")
-    res = pytester.runpytest_subprocess("-p", "no:tolstat", "-p", "tolstat.pytest_plugin", "--tolstat-record=r.nc")
+    res = pytester.runpytest_subprocess("-p", "no:tolstat", "-p", "tolstat.checks.pytest_plugin", "--tolstat-record=r.nc")
     res.assert_outcomes(passed=1)
     assert "already registered" not in "\n".join(res.stdout.lines + res.stderr.lines)
 
@@ -359,7 +359,7 @@ def test_dash_p_with_the_entry_point_installed(pytester, monkeypatch, tmp_path):
 def test_suite_budget_coverage_monte_carlo():
     """Exponential scores (true exceedance exp(-t)): the split thresholds keep the
     per-check budget suite_budget / N in at least `confidence` of the calibrations."""
-    from tolstat.pytest_plugin import suite_table
+    from tolstat.checks.pytest_plugin import suite_table
 
     suite, n_checks, n, reps = 0.02, 4, 700, 200
     per_check = suite / n_checks
@@ -391,7 +391,7 @@ def test_which_group(tolstat_check):
 
 
 def _mixed_table(path, hardware):
-    from tolstat.selection import ToleranceTable
+    from tolstat.calibration.selection import ToleranceTable
 
     def grp(hw, thr):
         st = {"threshold": thr, "estimate": thr, "budget": 0.01, "confidence": 0.95, "method": "order_statistic",
@@ -414,7 +414,7 @@ def _mixed_table(path, hardware):
     (("*", "DET"), "ci-box", "GROUP * any hardware 1.0"),
 ])
 def test_plugin_hardware_choice_with_mixed_tables(pytester, tmp_path, hardware, opt, want):
-    from tolstat.collect import hardware_fingerprint
+    from tolstat.dataset.collection import hardware_fingerprint
 
     det, _ = hardware_fingerprint()
     hw = tuple(det if h == "DET" else h for h in hardware)

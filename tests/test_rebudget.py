@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat.pytest_plugin import suite_table
-from tolstat.selection import rebudget
+from tolstat.checks.pytest_plugin import suite_table
+from tolstat.calibration.selection import rebudget
 
 HW = "sim"
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat.cli import main
-from tolstat.hwpolicy import hardware_mismatch
-from tolstat.review import diff_tables, show_table
+from tolstat.cli.main import main
+from tolstat.calibration.hwpolicy import hardware_mismatch
+from tolstat.calibration.review import diff_tables, show_table
 
 
 def _group(op, dt, hw, thr, n=400):

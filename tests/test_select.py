@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat.scale import fit_allclose, quantreg, quantreg_lp
-from tolstat.selection import ToleranceTable, calibrate, load_table, select, split_budget
+from tolstat.models.scale import fit_allclose, quantreg, quantreg_lp
+from tolstat.calibration.selection import ToleranceTable, calibrate, load_table, select, split_budget
 
 
 def _kernel(x):
@@ -212,7 +212,7 @@ def test_bias_statistic_catches_systematic_error():
     e = t.entry("mul3", "float16")
     assert e.statistics["max_abs"].budget == pytest.approx(0.005)
     assert e.statistics["bias"].confidence == pytest.approx(0.975)
-    from tolstat.checks import check
+    from tolstat.checks.checking import check
 
     x = np.random.default_rng(5).uniform(0.5, 1.0, 64)  # |ref| in 1.5..3
     ref = _ref(x)

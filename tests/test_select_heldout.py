@@ -7,9 +7,9 @@ import pytest
 from scipy import stats
 
 import tolstat
-from tolstat.checks import check
+from tolstat.checks.checking import check
 from tolstat import ScaleOptions
-from tolstat.selection import select
+from tolstat.calibration.selection import select
 
 SCALES = (1.0, 10.0, 100.0)
 K_CAL = (16, 64, 256)
@@ -55,7 +55,7 @@ def _not_above(fails: int, n: int, budget: float, level: float = 1e-3) -> bool:
 
 def _fails(table, ds, cov_names=("K",)):
     """Re-run the check on the held-out runs from their stored element samples (exact by the Pareto front)."""
-    from tolstat.scale import run_scores
+    from tolstat.models.scale import run_scores
 
     ent = table.entry("rowsum", "float16", "cpu")
     name = ent.max_statistic
@@ -122,7 +122,7 @@ def test_check_agrees_with_calibration_scores(data):
     r = check(_kernel(x), _reference(x), op="rowsum", dtype="float16", table=t, covariates={"K": 64})
     one = tolstat.from_pairs([(_kernel(x), _reference(x), None, {"K": 64, "scale": 10.0})], op="rowsum",
                              dtype="float16", hardware="cpu", labels={"part": "x"})
-    from tolstat.scale import run_scores
+    from tolstat.models.scale import run_scores
 
     s, _ = run_scores(one, t.entry("rowsum", "float16").scale)
     assert r.statistics["max_score"] == pytest.approx(float(s[0]), rel=1e-12)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat.cli import main
-from tolstat.review import show_table
+from tolstat.cli.main import main
+from tolstat.calibration.review import show_table
 
 
 def _rowsum(rng, bug: float = 0.0):
@@ -38,7 +38,7 @@ def test_default_is_operator_with_certificate(table):
     c = e.certificate
     assert c["form"] == "operator" and "operator-noise statistics" in c["form_reason"]
     assert c["method"] == "order_statistic" and c["guarantee"].startswith("PAC")
-    assert set(c["normalisers"]) <= set(tolstat.noise.score_statistic_names("rowsum"))
+    assert set(c["normalisers"]) <= set(tolstat.measure.noise.score_statistic_names("rowsum"))
     assert "op_row_rms_max" not in c["normalisers"]  # NaN for a pointwise op: left out
     assert c["n_fit"] + c["n_cal"] == 700
 

@@ -16,8 +16,8 @@ from _sim_families import FAMILIES
 from scipy import stats
 
 from tolstat import NotEnoughData
-from tolstat.estimators import order_statistic_min_n
-from tolstat.selection import calibrate, select
+from tolstat.models.estimators import order_statistic_min_n
+from tolstat.calibration.selection import calibrate, select
 
 G = 0.95
 BUDGETS = (1e-2, 1e-3, 1e-4)

@@ -10,10 +10,10 @@ import pytest
 from scipy import stats
 
 import tolstat
-from tolstat.cli import main
-from tolstat.decision import run_values
-from tolstat.scale import run_scores
-from tolstat.hwshift import ShiftResult, bundled_gpu_datasets, evaluate_hook
+from tolstat.cli.main import main
+from tolstat.calibration.decision import run_values
+from tolstat.models.scale import run_scores
+from tolstat.assess.hwshift import ShiftResult, bundled_gpu_datasets, evaluate_hook
 
 BUDGET = 0.05
 RUNS = 300
@@ -170,7 +170,7 @@ def test_json_report_round_trip(res_same, tmp_path):
     assert d["fp_budget"] == BUDGET and d["form"] == "allclose"
     assert d["hardware_a"] == ["hw-a"] and d["hardware_b"] == ["hw-b"]
     assert [g["op"] for g in d["groups"]] == ["mm", "mm2"]
-    assert "tolstat.scale.run_scores" in d["functions"] and "tolstat.decision.run_values" in d["functions"]
+    assert "tolstat.models.scale.run_scores" in d["functions"] and "tolstat.calibration.decision.run_values" in d["functions"]
     assert not list(tmp_path.glob(".*tmp*"))
 
 

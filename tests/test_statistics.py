@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat import statistics
-from tolstat.metrics import error_metrics
+from tolstat.measure.metrics import metric_covariates
+from tolstat.models import statistics
+from tolstat.measure.metrics import error_metrics
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +52,13 @@ def test_dataset_value_equals_pair_value(name, pairs, ds):
 
 
 def test_max_score_dataset_equals_pair(pairs, ds):
-    model = tolstat.scale.fit_scale(ds, "size_aware", size_covariate="K")
+    model = tolstat.models.scale.fit_scale(ds, "size_aware", size_covariate="K")
     st = statistics.get("max_score")
     from_ds = st.run_scores(ds, model).scores
     from_pairs = []
     for k, r, _, cov in pairs:
         m = error_metrics(k, r, dtype="float16")
-        from_pairs.append(st.value(m, model, statistics.metric_covariates(m, cov), "float16"))
+        from_pairs.append(st.value(m, model, metric_covariates(m, cov), "float16"))
     np.testing.assert_allclose(from_ds, from_pairs, rtol=1e-12)
     with pytest.raises(ValueError, match="needs a noise-scale model"):
         st.run_scores(ds, None)
@@ -65,7 +66,7 @@ def test_max_score_dataset_equals_pair(pairs, ds):
 
 def test_metric_covariates_match_dataset(pairs, ds):
     for i, (k, r, _, _) in enumerate(pairs[:5]):
-        cov = statistics.metric_covariates(error_metrics(k, r, dtype="float16"), {"K": 2.0})
+        cov = metric_covariates(error_metrics(k, r, dtype="float16"), {"K": 2.0})
         assert cov["ref_rms"] == float(ds.ref_rms.values[i])
         assert cov["ref_max_abs"] == float(ds.ref_max_abs.values[i])
         assert cov["K"] == 2.0
@@ -78,7 +79,7 @@ def test_check_uses_the_registry(ds, mul3):
     x = np.random.default_rng(9).standard_normal((8, 16))
     r = tolstat.check(k(x), ref(x), op="mul3", dtype="float16", table=t)
     m = error_metrics(k(x), ref(x), dtype="float16")
-    from tolstat.decision import pair_value
+    from tolstat.calibration.decision import pair_value
 
     # the decision values: the registry's statistics, 0 for a correctly rounded output
     assert r.statistics["max_rel"] == pair_value(m, "max_rel")
@@ -90,6 +91,6 @@ def test_check_uses_the_registry(ds, mul3):
 
 
 def test_run_scores_unpacks(ds):
-    res = tolstat.scale.run_scores(ds, None, "max_abs")
+    res = tolstat.models.scale.run_scores(ds, None, "max_abs")
     scores, n_inexact = res
     assert scores is res.scores and n_inexact == 0

@@ -14,7 +14,7 @@ import pytest
 import xarray as xr
 
 import tolstat
-from tolstat import stream
+from tolstat.dataset import stream
 
 KERNELS = textwrap.dedent(
     '''
@@ -55,7 +55,7 @@ CHILD = textwrap.dedent(
     import os, signal, sys
     sys.path.insert(0, sys.argv[1])
     import kernels
-    from tolstat import stream
+    from tolstat.dataset import stream
 
     store, mode, at = sys.argv[2], sys.argv[3], int(sys.argv[4])
     if mode == "kill_kernel":
@@ -227,7 +227,7 @@ def test_torn_log_line_is_ignored(kernels, expected, tmp_path):
 
 
 def test_topk_on_streamed_store(kernels, expected, tmp_path):
-    from tolstat import tail
+    from tolstat.models.estimators import tail
 
     _, k = kernels
     store = tmp_path / "z.zarr"

@@ -9,8 +9,8 @@ from hypothesis import given, settings, strategies as st
 from scipy import stats
 
 import tolstat
-from tolstat import tail
-from tolstat.estimators import order_statistic_min_n
+from tolstat.models.estimators import tail
+from tolstat.models.estimators import order_statistic_min_n
 
 dask = pytest.importorskip("dask")
 
@@ -34,7 +34,7 @@ def _table(nrun: int = 37, nsample: int = 11, seed: int = 0, dtype=np.float64) -
     )
 
 
-def _full_groups(ds, statistic, by=tolstat.dataset.GROUP_DIMS):
+def _full_groups(ds, statistic, by=tolstat.dataset.schema.GROUP_DIMS):
     """Reference: every group's non-NaN values, by brute force."""
     v = ds[statistic].values.reshape(ds.sizes["run"], -1)
     keys = list(zip(*(ds[b].values for b in by)))
@@ -168,7 +168,7 @@ def test_order_statistic_bound_exact():
         assert stats.binom.cdf(r - 1, x.size, p) >= g > stats.binom.cdf(r - 2, x.size, p)
         assert float(tail.topk_order_statistic_bound(top, x.size, p, g)) == np.sort(x)[r - 1]
     # the sample maximum at the minimum n
-    nmin = tolstat.estimators.order_statistic_min_n(0.95, 0.95)
+    nmin = tolstat.models.estimators.order_statistic_min_n(0.95, 0.95)
     assert nmin == 59
     assert float(tail.topk_order_statistic_bound(np.array([3.0, 2.0]), nmin, 0.95, 0.95)) == 3.0
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat.dataset import FINGERPRINT, reference_fingerprint, run_units
+from tolstat.dataset.schema import FINGERPRINT, reference_fingerprint, run_units
 
 HW = "sim"
 

@@ -1,23 +1,25 @@
 """tolstat: turn measured numerical error into trustworthy test tolerances.
 
-Data flow (one layer per step, each module importing only modules of its own or
-earlier layers; ``tests/test_architecture.py`` enforces it, ``docs/architecture.md``
-describes it)::
+One package per step of the data flow, each importing only earlier ones
+(``tests/test_architecture.py`` enforces it; ``docs/architecture.md`` describes it)::
 
-    kernel outputs -> metrics -> error dataset -> fitted models -> tolerance table -> checks -> evaluate -> cli
-                     (metrics)   (dataset, io,    (estimators,    (bounds, table,    (checks,   (evaluate,
-                                  collect,         scale)          selection)         pytest_   corpus,
-                                  stream,                                             plugin)   plots)
-                                  statistics)
+    kernel outputs -> measure -> dataset -> models -> calibration -> checks -> assess -> cli
+                      (metrics,  (schema,   (statistics, (decision,   (check,   (compare,
+                       noise)     collect,   scale,       engine,      plugin)   shift,
+                                  stream,    estimators)  select,                evaluate)
+                                  io)                     table)
+
+``tolstat._base`` (dtypes, validation, inference primitives, atomic writes) lies under all
+of them; ``tolstat.corpus`` (the embedded kernels with known bugs) imports only the base and
+``measure``. The names below are the front door; everything else is reachable from its
+package (``tolstat.dataset.run_units``, ``tolstat.calibration.engine.certify``, ...).
 """
 
-import sys as _sys
-import types as _types
 from typing import TYPE_CHECKING, Any
 
-from ._version import __version__
+from tolstat._version import __version__
 
-# numba's cache locator for tolstat's kernels (tolstat._numba_cache) is installed by each
+# numba's cache locator for tolstat's kernels (tolstat._base.numba_cache) is installed by each
 # module that defines @njit(cache=True) kernels, right before them: not here, so that
 # ``import tolstat`` does not import numba.
 
@@ -25,49 +27,49 @@ from ._version import __version__
 #: xarray, scipy and statsmodels stay unloaded until a name is first used, PEP 562); the
 #: first access of a name imports its module once and caches the name here.
 _LAZY: dict[str, str] = {
-    "SUPPORTED_DTYPES": "_dtypes", "canonical_dtype": "_dtypes",
-    "Hardware": "_runs",
-    "Inputs": "collect", "collect": "collect", "from_pairs": "collect", "hardware_fingerprint": "collect",
-    "concat": "dataset", "indexed": "dataset", "validate": "dataset",
-    "fit": "estimators",
-    "open_errors": "io", "save": "io",
-    "merge_records": "merge",
-    "ErrorMetrics": "metrics", "error_metrics": "metrics", "ulp_distance": "metrics",
-    "RunScores": "statistics", "Statistic": "statistics",
-    "ScaleModel": "scale", "ScaleOptions": "scale",
-    "Calibration": "bounds", "Exceedance": "bounds", "NotEnoughData": "bounds", "TailOptions": "bounds",
-    "split_budget": "bounds",
-    "StatEntry": "table", "ToleranceEntry": "table", "ToleranceTable": "table", "load_table": "table",
-    "calibrate": "selection", "select": "selection",
-    "CheckResult": "checks", "assert_close": "checks", "check": "checks", "check_runs": "checks",
-    "StoreProgress": "stream", "collect_to_store": "stream", "open_store": "stream",
-    "group_topk": "estimators.tail",
-    "ShiftResult": "hwshift", "shift": "hwshift",
-    "CompareResult": "comparison", "compare": "comparison",
+    "SUPPORTED_DTYPES": "_base.dtypes", "canonical_dtype": "_base.dtypes",
+    "Hardware": "dataset.runs",
+    "Inputs": "dataset.collection", "collect": "dataset.collection", "from_pairs": "dataset.collection", "hardware_fingerprint": "dataset.collection",
+    "concat": "dataset.schema", "indexed": "dataset.schema", "validate": "dataset.schema",
+    "fit": "models.estimators",
+    "open_errors": "dataset.io", "save": "dataset.io",
+    "merge_records": "dataset.merge",
+    "ErrorMetrics": "measure.metrics", "error_metrics": "measure.metrics", "ulp_distance": "measure.metrics",
+    "RunScores": "models.statistics", "Statistic": "models.statistics",
+    "ScaleModel": "models.scale", "ScaleOptions": "models.scale",
+    "Calibration": "calibration.bounds", "Exceedance": "calibration.bounds", "NotEnoughData": "calibration.bounds", "TailOptions": "calibration.bounds",
+    "split_budget": "calibration.bounds",
+    "StatEntry": "calibration.table", "ToleranceEntry": "calibration.table", "ToleranceTable": "calibration.table", "load_table": "calibration.table",
+    "calibrate": "calibration.selection", "select": "calibration.selection",
+    "CheckResult": "checks.checking", "assert_close": "checks.checking", "check": "checks.checking", "check_runs": "checks.checking",
+    "StoreProgress": "dataset.stream", "collect_to_store": "dataset.stream", "open_store": "dataset.stream",
+    "group_topk": "models.estimators.tail",
+    "ShiftResult": "assess.hwshift", "shift": "assess.hwshift",
+    "CompareResult": "assess.comparison", "compare": "assess.comparison",
 }
-#: submodules exposed as attributes (``tolstat.stream``, ...), imported on first access
-_SUBMODULES = ("noise", "statistics", "stream", "tail")
+#: the packages of the flow, exposed as attributes (``tolstat.dataset``, ...) and imported on first access
+_SUBMODULES = ("measure", "dataset", "models", "calibration", "checks", "assess", "corpus")
 
 if TYPE_CHECKING:  # static analysers see the eager imports
-    from . import noise, statistics, stream, tail
-    from .comparison import CompareResult, compare
-    from .hwshift import ShiftResult, shift
-    from ._dtypes import SUPPORTED_DTYPES, canonical_dtype
-    from ._runs import Hardware
-    from .bounds import Calibration, Exceedance, NotEnoughData, TailOptions, split_budget
-    from .checks import CheckResult, assert_close, check, check_runs
-    from .collect import Inputs, collect, from_pairs, hardware_fingerprint
-    from .dataset import concat, indexed, validate
-    from .estimators import fit
-    from .estimators.tail import group_topk
-    from .io import open_errors, save
-    from .merge import merge_records
-    from .metrics import ErrorMetrics, error_metrics, ulp_distance
-    from .scale import ScaleModel, ScaleOptions
-    from .selection import calibrate, select
-    from .statistics import RunScores, Statistic
-    from .stream import StoreProgress, collect_to_store, open_store
-    from .table import StatEntry, ToleranceEntry, ToleranceTable, load_table
+    from tolstat import assess, calibration, checks, corpus, dataset, measure, models
+    from tolstat._base.dtypes import SUPPORTED_DTYPES, canonical_dtype
+    from tolstat.assess.comparison import CompareResult, compare
+    from tolstat.assess.hwshift import ShiftResult, shift
+    from tolstat.calibration.bounds import Calibration, Exceedance, NotEnoughData, TailOptions, split_budget
+    from tolstat.calibration.selection import calibrate, select
+    from tolstat.calibration.table import StatEntry, ToleranceEntry, ToleranceTable, load_table
+    from tolstat.checks.checking import CheckResult, assert_close, check, check_runs
+    from tolstat.dataset.collection import Inputs, collect, from_pairs, hardware_fingerprint
+    from tolstat.dataset.io import open_errors, save
+    from tolstat.dataset.merge import merge_records
+    from tolstat.dataset.runs import Hardware
+    from tolstat.dataset.schema import concat, indexed, validate
+    from tolstat.dataset.stream import StoreProgress, collect_to_store, open_store
+    from tolstat.measure.metrics import ErrorMetrics, error_metrics, ulp_distance
+    from tolstat.models.estimators import fit
+    from tolstat.models.estimators.tail import group_topk
+    from tolstat.models.scale import ScaleModel, ScaleOptions
+    from tolstat.models.statistics import RunScores, Statistic
 
 
 def __getattr__(name: str) -> Any:
@@ -88,20 +90,6 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
-class _Package(_types.ModuleType):
-    """The package module: loading the submodule ``tolstat.collect`` must not replace the
-    public function ``tolstat.collect`` (the import system sets the submodule as an
-    attribute; the eager imports used to overwrite it right after)."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if _LAZY.get(name) == name and isinstance(value, _types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-_sys.modules[__name__].__class__ = _Package
-
-
 __all__ = [
     "__version__",
     "SUPPORTED_DTYPES",
@@ -120,10 +108,6 @@ __all__ = [
     "indexed",
     "save",
     "open_errors",
-    "noise",
-    "stream",
-    "tail",
-    "statistics",
     "collect_to_store",
     "open_store",
     "StoreProgress",

@@ -1,4 +1,4 @@
-"""Mutants of ``tolstat.estimators._apply`` (``fit``, ``group_values``) the other tests do not kill."""
+"""Mutants of ``tolstat.models.estimators._apply`` (``fit``, ``group_values``) the other tests do not kill."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from estimators_helpers import make_errors
-from tolstat.estimators import fit, group_values
-from tolstat.estimators.bootstrap import bootstrap_quantile_distribution
-from tolstat.estimators.evt import gev_fit_mle
+from tolstat.models.estimators import fit, group_values
+from tolstat.models.estimators.bootstrap import bootstrap_quantile_distribution
+from tolstat.models.estimators.evt import gev_fit_mle
 
 
 def test_sample_rel_divides_by_the_larger_of_reference_and_rel_floor():

@@ -1,10 +1,10 @@
-"""Mutants of ``tolstat.bounds`` that the other tests do not kill."""
+"""Mutants of ``tolstat.calibration.bounds`` that the other tests do not kill."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from tolstat.bounds import tail_fit
+from tolstat.calibration.bounds import tail_fit
 
 
 def _sample(n_distinct, seed):

@@ -3,7 +3,7 @@
 References: the closed forms in the docstrings (the conservative GPD tail bound, the
 Sidak split, the GPD return level), scipy (``kstest``, ``genpareto``, ``norm``,
 ``chi2``), numpy quantiles, and direct calls of the documented functions for the
-plumbing of :func:`tolstat.estimators.fit` and :func:`tolstat.calibrate`.
+plumbing of :func:`tolstat.models.estimators.fit` and :func:`tolstat.calibrate`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from scipy import stats
 
 import tolstat
 from estimators_helpers import make_errors
-from tolstat.bounds import TailOptions, split_budget, tail_fit
-from tolstat.estimators import fit, group_values
-from tolstat.estimators.bootstrap import bootstrap_quantile_bound, bootstrap_return_level_bound
-from tolstat.estimators.evt import pot_fit
+from tolstat.calibration.bounds import TailOptions, split_budget, tail_fit
+from tolstat.models.estimators import fit, group_values
+from tolstat.models.estimators.bootstrap import bootstrap_quantile_bound, bootstrap_return_level_bound
+from tolstat.models.estimators.evt import pot_fit
 
 
 def _gpd_return_level(u, sigma, xi, zeta, q):

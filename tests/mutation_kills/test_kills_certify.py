@@ -1,8 +1,8 @@
-"""Mutants of ``tolstat.certify`` that survived the held-out sample (``--sample 40 --seed 31``).
+"""Mutants of ``tolstat.calibration.engine`` that survived the held-out sample (``--sample 40 --seed 31``).
 
 Each test checks a documented behaviour of the certified thresholds against an
 independent reference: the documented definition (the seeded split of
-:func:`tolstat.certify.split_units`, "a third of a small group's units" for own pools,
+:func:`tolstat.calibration.engine.split_units`, "a third of a small group's units" for own pools,
 the resolution rule of the normalisers), a closed form (the smallest number of inexact
 units that bounds a median at the stated confidence), or the stated wording of a
 guarantee and of the errors that name their argument.
@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from tolstat.certify import UnreachableThresholdWarning, certify, collapse, fit_normalisers
+from tolstat.calibration.engine import UnreachableThresholdWarning, certify, collapse, fit_normalisers
 
 
 def _seeded_split(n: int, n_fit: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

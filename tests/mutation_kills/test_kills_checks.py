@@ -1,11 +1,11 @@
-"""Mutants of ``tolstat.checks`` that the other tests do not kill."""
+"""Mutants of ``tolstat.checks.checking`` that the other tests do not kill."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from tolstat.checks import assert_close
+from tolstat.checks.checking import assert_close
 
 from table_helpers import group as _group, table as _table  # noqa: E402
 

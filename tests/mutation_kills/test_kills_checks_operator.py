@@ -1,7 +1,7 @@
 """Checks against an operator-form table entry (``checks._check_operator``, ``_op_inputs``).
 
-The expected values come from :func:`tolstat.noise.record_statistics` and
-:func:`tolstat.noise.noise_scale` (the documented definitions of the statistics and the
+The expected values come from :func:`tolstat.measure.noise.record_statistics` and
+:func:`tolstat.measure.noise.noise_scale` (the documented definitions of the statistics and the
 noise scale), the combined score from its definition ``max_j T_j / q_j``.
 """
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat import noise
+from tolstat.measure import noise
 
 from table_helpers import group as _group, table as _table  # noqa: E402
 

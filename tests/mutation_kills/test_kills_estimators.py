@@ -1,4 +1,4 @@
-"""Mutants of ``tolstat.estimators`` that the other tests do not kill (scipy/numpy references)."""
+"""Mutants of ``tolstat.models.estimators`` that the other tests do not kill (scipy/numpy references)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tolstat.estimators.evt import gev_return_level
-from tolstat.estimators.quantile import topk_groups
+from tolstat.models.estimators.evt import gev_return_level
+from tolstat.models.estimators.quantile import topk_groups
 
 
 @pytest.mark.parametrize("xi", [-0.3, -0.05, 0.0, 0.1, 0.4])
@@ -33,7 +33,7 @@ def test_topk_groups_k_equal_one_is_the_group_max():
 
 
 # --------------------------------------------------------------------------- GPD fits
-from tolstat.estimators.evt import gpd_fit_mle, gpd_fit_pwm, gpd_fit_zhang_stephens  # noqa: E402
+from tolstat.models.estimators.evt import gpd_fit_mle, gpd_fit_pwm, gpd_fit_zhang_stephens  # noqa: E402
 
 
 def _zhang_stephens_reference(x):
@@ -109,7 +109,7 @@ def test_degenerate_samples_give_the_uniform_boundary(fitter, name):
 
 def test_gpd_loglik_at_the_uniform_boundary_matches_scipy():
     # xi = -1 is the uniform on [0, sigma]: density 1/sigma including the endpoint y = sigma
-    from tolstat.estimators.evt import gpd_loglik
+    from tolstat.models.estimators.evt import gpd_loglik
 
     for y, sigma in (([2.0], 2.0), ([0.3, 3.0, 3.0], 3.0), ([0.1, 0.7], 0.7)):
         assert gpd_loglik(y, sigma, -1.0) == pytest.approx(stats.genpareto.logpdf(y, -1.0, 0, sigma).sum(), rel=1e-14)
@@ -117,7 +117,7 @@ def test_gpd_loglik_at_the_uniform_boundary_matches_scipy():
 
 
 # --------------------------------------------------------------------------- bootstrap
-from tolstat.estimators.bootstrap import (  # noqa: E402
+from tolstat.models.estimators.bootstrap import (  # noqa: E402
     bootstrap_quantile_bound,
     bootstrap_quantile_distribution,
     jackknife_quantile,
@@ -158,8 +158,8 @@ def test_bootstrap_quantile_distribution_defaults_and_p_zero():
 # --------------------------------------------------------------------------- return-level bootstrap
 from scipy import special  # noqa: E402
 
-from tolstat.estimators.bootstrap import bootstrap_return_level_bound  # noqa: E402
-from tolstat.estimators.evt import gpd_return_level, pot_fit  # noqa: E402
+from tolstat.models.estimators.bootstrap import bootstrap_return_level_bound  # noqa: E402
+from tolstat.models.estimators.evt import gpd_return_level, pot_fit  # noqa: E402
 
 
 def _tail_sample():
@@ -225,7 +225,7 @@ def test_return_level_bootstrap_runs_with_two_exceedances_and_not_with_a_level_i
 
 
 def test_nan_error_names_the_first_group_with_a_nan():
-    from tolstat.estimators.quantile import quantile_groups
+    from tolstat.models.estimators.quantile import quantile_groups
 
     x = np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [1.0, np.nan, 3.0], [np.nan, 1.0, 2.0]])
     with pytest.raises(ValueError, match=r"input contains NaN \(first in group 2\)"):
@@ -233,7 +233,7 @@ def test_nan_error_names_the_first_group_with_a_nan():
 
 
 def test_order_statistic_bound_per_group_of_a_2d_input():
-    from tolstat.estimators.orderstat import order_statistic_bound
+    from tolstat.models.estimators.orderstat import order_statistic_bound
 
     rng = np.random.default_rng(8)
     x = rng.exponential(size=(3, 120))
@@ -248,7 +248,7 @@ def test_order_statistic_bound_per_group_of_a_2d_input():
 
 
 def test_order_statistic_rank_names_p_in_its_error():
-    from tolstat.estimators.orderstat import order_statistic_rank
+    from tolstat.models.estimators.orderstat import order_statistic_rank
 
     with pytest.raises(ValueError, match="^p must lie strictly between 0 and 1, got 1.5"):
         order_statistic_rank(100, 1.5, 0.9)
@@ -257,7 +257,7 @@ def test_order_statistic_rank_names_p_in_its_error():
 
 
 def test_pot_fit_of_a_large_sample_takes_the_radix_path_and_matches_the_definition():
-    from tolstat.estimators.evt import _POT_RADIX_MIN_N
+    from tolstat.models.estimators.evt import _POT_RADIX_MIN_N
 
     n = _POT_RADIX_MIN_N + 4464  # 70000 >= the radix-selection size
     x = np.random.default_rng(1).exponential(size=n)
@@ -274,7 +274,7 @@ def test_pot_fit_of_a_large_sample_takes_the_radix_path_and_matches_the_definiti
 
 
 def test_pot_fit_groups_of_no_groups_and_of_integer_values():
-    from tolstat.estimators.evt import pot_fit_groups
+    from tolstat.models.estimators.evt import pot_fit_groups
 
     params, n = pot_fit_groups(np.zeros((0, 50)), 1e-3)
     assert params.shape == (0, 8) and n.shape == (0,)
@@ -286,7 +286,7 @@ def test_pot_fit_groups_of_no_groups_and_of_integer_values():
 
 
 def test_order_statistic_min_n_names_its_arguments_and_handles_n_one():
-    from tolstat.estimators.orderstat import order_statistic_min_n
+    from tolstat.models.estimators.orderstat import order_statistic_min_n
 
     with pytest.raises(ValueError, match="^p must lie strictly between 0 and 1, got 1.5"):
         order_statistic_min_n(1.5, 0.9)
@@ -297,7 +297,7 @@ def test_order_statistic_min_n_names_its_arguments_and_handles_n_one():
 
 
 def test_quantiles_of_integer_values_are_numpy_quantiles():
-    from tolstat.estimators.quantile import quantile_groups
+    from tolstat.models.estimators.quantile import quantile_groups
 
     x = np.array([[3, 1, 2, 5, 8], [10, 0, 7, 7, 1]])
     q, n = quantile_groups(x, [0.3, 0.5, 0.9])

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat import statistics as _stats
-from tolstat._fastcheck import fast_check
+from tolstat.models import statistics as _stats
+from tolstat.checks.fast import fast_check
 
 from table_helpers import group as _group, stat as _stat, table as _table  # noqa: E402
 

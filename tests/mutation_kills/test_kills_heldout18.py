@@ -15,16 +15,16 @@ import pytest
 
 import tolstat
 from table_helpers import group as _group, table as _table
-from tolstat.bounds import Calibration, TailOptions
-from tolstat.checks import check_metrics
-from tolstat.estimators import fit
-from tolstat.estimators.evt import gpd_fit_zhang_stephens
-from tolstat.estimators.orderstat import order_statistic_min_n
-from tolstat.estimators.tail import group_topk
-from tolstat.metrics import as_array, error_metrics
-from tolstat.scale import ScaleModel
-from tolstat.statistics import get as get_statistic
-from tolstat.table import load_table
+from tolstat.calibration.bounds import Calibration, TailOptions
+from tolstat.checks.checking import check_metrics
+from tolstat.models.estimators import fit
+from tolstat.models.estimators.evt import gpd_fit_zhang_stephens
+from tolstat.models.estimators.orderstat import order_statistic_min_n
+from tolstat.models.estimators.tail import group_topk
+from tolstat.measure.metrics import as_array, error_metrics
+from tolstat.models.scale import ScaleModel
+from tolstat.models.statistics import get as get_statistic
+from tolstat.calibration.table import load_table
 
 from estimators_helpers import make_errors
 
@@ -159,7 +159,7 @@ def test_select_passes_its_seed_to_the_scale_fit_subsample():
     ds = tolstat.collect(kernel, ref, lambda r: tolstat.Inputs(args=(r.standard_normal((8, 8)),)),
                          op="mul3", dtype="float16", runs=120, hardware="cpu", seed=0, progress=False)
     opts = tolstat.ScaleOptions(max_points=200)  # 7680 elements: a seeded subsample of 200
-    from tolstat.certify import split_units
+    from tolstat.calibration.engine import split_units
 
     models = {}
     for seed in (3, 4):
@@ -181,7 +181,7 @@ def _calibration(reason="order statistic"):
 
 
 def test_stat_dict_keeps_tail_and_appends_to_the_reason():
-    from tolstat.selection import _Plan, _stat_dict
+    from tolstat.calibration.selection import _Plan, _stat_dict
 
     plan = _Plan(0.01, 0.95, "auto", ["max_abs"], "max_abs", None, ["max_abs"], 0.01, 0.95,
                  ("op", "dtype", "hardware"), "bonferroni", "raise")

@@ -18,14 +18,14 @@ from scipy import special, stats
 import tolstat
 from estimators_helpers import make_errors
 from table_helpers import group as _group, table as _table
-from tolstat.bounds import Calibration, exceedance_probability, tail_fit
-from tolstat.estimators import fit
-from tolstat.estimators.bootstrap import bca_level, bootstrap_quantile_bound, bootstrap_return_level_bound
-from tolstat.estimators.evt import gev_fit_mle
-from tolstat.estimators.orderstat import order_statistic_rank
-from tolstat.estimators.tail import upper_quantile
-from tolstat.metrics import error_metrics
-from tolstat.statistics import get as get_statistic
+from tolstat.calibration.bounds import Calibration, exceedance_probability, tail_fit
+from tolstat.models.estimators import fit
+from tolstat.models.estimators.bootstrap import bca_level, bootstrap_quantile_bound, bootstrap_return_level_bound
+from tolstat.models.estimators.evt import gev_fit_mle
+from tolstat.models.estimators.orderstat import order_statistic_rank
+from tolstat.models.estimators.tail import upper_quantile
+from tolstat.measure.metrics import error_metrics
+from tolstat.models.statistics import get as get_statistic
 
 
 # ------------------------------------------------------------------ _fastcheck

@@ -1,4 +1,4 @@
-"""Mutants of ``tolstat.metrics`` that the other tests do not kill."""
+"""Mutants of ``tolstat.measure.metrics`` that the other tests do not kill."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from tolstat.metrics import error_metrics, ulp_distance
+from tolstat.measure.metrics import error_metrics, ulp_distance
 
 RAGGED = [[1.0], [1.0, 2.0]]  # numpy cannot make an array of it
 

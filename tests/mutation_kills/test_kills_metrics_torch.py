@@ -14,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tolstat.metrics import as_array, error_metrics, ulp_distance  # noqa: E402
+from tolstat.measure.metrics import as_array, error_metrics, ulp_distance  # noqa: E402
 
 
 def _bf16_bits_reference(values: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Mutants of ``tolstat.noise`` that survived the held-out sample (``--sample 40 --seed 32``).
+"""Mutants of ``tolstat.measure.noise`` that survived the held-out sample (``--sample 40 --seed 32``).
 
 Each test checks a documented behaviour of the operator noise model against an
 independent reference: the definitions of ``docs/noise.md`` re-implemented in numpy (the
@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 import pytest
 
-from tolstat import noise
+from tolstat.measure import noise
 
 
 def _log_softmax(x: np.ndarray) -> np.ndarray:

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tolstat.bounds import TailOptions
-from tolstat.estimators import evt, quantile_groups
-from tolstat.metrics import ulp_distance
+from tolstat.calibration.bounds import TailOptions
+from tolstat.models.estimators import evt, quantile_groups
+from tolstat.measure.metrics import ulp_distance
 
 
 def test_tail_options_extrapolation_bound_is_one():
@@ -95,7 +95,7 @@ def test_ulp_distance_counts_representable_values(name, np_dt, uint, bits):
 def test_as_array_prefers_array_protocol_over_dlpack():
     """An object with both protocols is read through ``__array__`` (numpy's own conversion),
     so a DLPack export that numpy cannot import is never tried."""
-    from tolstat.metrics import as_array
+    from tolstat.measure.metrics import as_array
 
     class Both:
         def __array__(self, dtype=None, copy=None):

@@ -1,4 +1,4 @@
-"""Mutants of ``tolstat.selection`` that the other tests do not kill."""
+"""Mutants of ``tolstat.calibration.selection`` that the other tests do not kill."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat.bounds import TailOptions
+from tolstat.calibration.bounds import TailOptions
 
 
 def _ds(n=200, seed=0):
@@ -55,8 +55,8 @@ def test_operator_select_passes_pooling_and_on_error():
 
 
 def test_calibrate_budget_floor_and_labels_in_messages():
-    from tolstat import _validate
-    from tolstat.selection import calibrate
+    from tolstat._base import validate as _validate
+    from tolstat.calibration.selection import calibrate
 
     x = np.random.default_rng(1).exponential(size=400)
     with pytest.raises(ValueError, match="budget must be a probability"):

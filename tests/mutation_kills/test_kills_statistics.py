@@ -1,4 +1,4 @@
-"""Mutants of ``tolstat.statistics`` that the other tests do not kill (numpy references)."""
+"""Mutants of ``tolstat.models.statistics`` that the other tests do not kill (numpy references)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat import noise
-from tolstat.metrics import error_metrics
-from tolstat.statistics import Statistic, RunScores, get, pair_op_statistics
+from tolstat.measure import noise
+from tolstat.measure.metrics import error_metrics
+from tolstat.models.statistics import Statistic, RunScores, get, pair_op_statistics
 
 
 def _pairs(seed=0, runs=5):
@@ -113,7 +113,7 @@ def test_pair_op_statistics_passes_rowwise():
 
 
 def test_max_score_elements_are_error_over_scale_and_zero_for_exact_elements():
-    from tolstat.scale import ScaleModel
+    from tolstat.models.scale import ScaleModel
 
     model = ScaleModel(form="allclose", atol=0.5, rtol=0.25)
     e = np.array([0.0, 2.0, 4.0, 1.0])
@@ -138,7 +138,7 @@ def test_allowed_passes_the_dtype_and_defaults_to_the_metrics_dtype():
 
 
 def test_max_score_allclose_needs_a_model_and_scales_its_pair():
-    from tolstat.scale import ScaleModel
+    from tolstat.models.scale import ScaleModel
 
     with pytest.raises(ValueError, match="statistic 'max_score' needs a noise-scale model"):
         get("max_score").allclose_pair(2.0, "float32")
@@ -147,7 +147,7 @@ def test_max_score_allclose_needs_a_model_and_scales_its_pair():
 
 
 def test_max_score_run_scores_name_the_missing_covariate_and_those_present():
-    from tolstat.scale import ScaleModel
+    from tolstat.models.scale import ScaleModel
 
     rng = np.random.default_rng(0)
     pairs = [(rng.standard_normal(8).astype(np.float32), rng.standard_normal(8), None, {}, {"K": 1.0, "M": 2.0})
@@ -160,7 +160,7 @@ def test_max_score_run_scores_name_the_missing_covariate_and_those_present():
 
 
 def test_max_score_run_scores_ignore_the_padding_of_smaller_runs():
-    from tolstat.scale import ScaleModel
+    from tolstat.models.scale import ScaleModel
 
     rng = np.random.default_rng(2)
     pairs = []
@@ -177,7 +177,7 @@ def test_max_score_run_scores_ignore_the_padding_of_smaller_runs():
 
 def test_plain_run_scores_factory():
     # the registry builds its from_dataset callables at import; this calls the factory itself
-    from tolstat.statistics import _plain_run
+    from tolstat.models.statistics import _plain_run
 
     ds = tolstat.from_pairs(_pairs(), op="add", dtype="float32", progress=False)
     scores, n_inexact = _plain_run("max_abs")(ds)

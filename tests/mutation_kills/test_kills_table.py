@@ -1,4 +1,4 @@
-"""Mutants of ``tolstat.table`` that the other tests do not kill."""
+"""Mutants of ``tolstat.calibration.table`` that the other tests do not kill."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_n_inexact_survives_a_json_round_trip(tmp_path):
 
 import pytest  # noqa: E402
 
-from tolstat.metrics import as_array  # noqa: E402
+from tolstat.measure.metrics import as_array  # noqa: E402
 
 
 def _scaled(scale):

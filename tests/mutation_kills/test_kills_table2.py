@@ -1,4 +1,4 @@
-"""``tolstat.table``: layout, export, lookup and validation details (mutants of further samples).
+"""``tolstat.calibration.table``: layout, export, lookup and validation details (mutants of further samples).
 
 References are the documented layout and lookup rules (``docs/selection.md``, the
 ``ToleranceTable`` docstring) and hand-built groups whose every value is known.
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from table_helpers import group as _group, table as _table
-from tolstat.table import ToleranceTable, check_table_data, load_table
+from tolstat.calibration.table import ToleranceTable, check_table_data, load_table
 
 
 def _bare_stat(threshold):
@@ -202,7 +202,7 @@ def test_netcdf_string_variables_read_as_objects_become_str(tmp_path, monkeypatc
     label, method, reason and scale variables are converted to str, so lookups compare str."""
     import xarray as xr
 
-    import tolstat.table as tbl
+    import tolstat.calibration.table as tbl
 
     t = _table([_group("matmul", "float16", "cpu", 0.5), _group("add", "bfloat16", "*", 0.25)])
     p = t.to_netcdf(tmp_path / "t.nc")

@@ -1,4 +1,4 @@
-"""Mutants of ``tolstat.estimators.tail`` that the other tests do not kill (numpy references)."""
+"""Mutants of ``tolstat.models.estimators.tail`` that the other tests do not kill (numpy references)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat.estimators.tail import group_topk, topk_order_statistic_bound, upper_quantile
+from tolstat.models.estimators.tail import group_topk, topk_order_statistic_bound, upper_quantile
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float64])
@@ -81,7 +81,7 @@ def test_group_topk_of_a_statistic_with_run_not_first():
 
 def test_group_topk_keeps_dask_input_blockwise(monkeypatch):
     pytest.importorskip("dask")
-    from tolstat.estimators import tail
+    from tolstat.models.estimators import tail
 
     calls = []
     real = tail._dask_topk

@@ -33,11 +33,11 @@ run_kernel(kernel, case, dtype)
     Cast the inputs to dtype, run a kernel, return its output in dtype.
 run_magnitude(case, dtype)
     The op on absolute inputs (float64), for the operator noise model
-    (:mod:`tolstat.noise`); ``MAGNITUDES`` maps op -> function, ``ROWWISE`` names the
+    (:mod:`tolstat.measure.noise`); ``MAGNITUDES`` maps op -> function, ``ROWWISE`` names the
     row-wise ops.
 """
 
-from ._base import (
+from tolstat.corpus._base import (
     BUGS,
     CATEGORIES,
     DISTS,
@@ -61,8 +61,8 @@ from ._base import (
 )
 
 # registration order: the modules fill OPS and BUGS on import
-from . import _linalg, _rowwise, _attention, _pointwise  # noqa: E402,F401
-from ._magnitude import MAGNITUDES, ROWWISE, run_magnitude  # noqa: E402
+from tolstat.corpus import _linalg, _rowwise, _attention, _pointwise  # noqa: E402,F401
+from tolstat.corpus._magnitude import MAGNITUDES, ROWWISE, run_magnitude  # noqa: E402
 
 __all__ = [
     "OPS",

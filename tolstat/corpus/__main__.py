@@ -2,7 +2,7 @@
 
 import sys
 
-from . import BUGS, OPS, timings
+from tolstat.corpus import BUGS, OPS, timings
 
 
 def main(argv=None):

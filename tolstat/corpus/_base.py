@@ -174,7 +174,7 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Elementwise ULP distance between two arrays of the same 16-bit storage dtype.
 
     ``-0`` and ``+0`` are the same point; NaN against NaN is 0, NaN against anything
-    else is ``inf`` (:func:`tolstat.metrics.ulp_distance` in the arrays' own dtype).
+    else is ``inf`` (:func:`tolstat.measure.metrics.ulp_distance` in the arrays' own dtype).
 
     Parameters
     ----------
@@ -188,7 +188,7 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """
     if a.dtype != b.dtype or a.dtype.itemsize != 2:
         raise TypeError("ulp_distance needs two arrays of the same 16-bit dtype")
-    from ..metrics import ulp_distance as _ulp
+    from tolstat.measure.metrics import ulp_distance as _ulp
 
     return _ulp(a, b, a.dtype)
 

@@ -1,6 +1,6 @@
 """Operator magnitudes of the corpus ops: the op applied to absolute inputs (float64).
 
-For the operator noise model of :mod:`tolstat.noise` each op gets ``m_i`` (the scale of
+For the operator noise model of :mod:`tolstat.measure.noise` each op gets ``m_i`` (the scale of
 the accumulated rounding error of output element ``i``, to be multiplied by
 ``u_acc * sqrt(K)``) and a flag saying whether it works on rows (last axis). The
 magnitudes are computed, like the references, on the inputs as rounded to the dtype.
@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-from ._base import F64, OPS, np_dtype
+from tolstat.corpus._base import F64, OPS, np_dtype
 
 __all__ = ["MAGNITUDES", "ROWWISE", "run_magnitude"]
 
@@ -42,13 +42,13 @@ def _linear(x, w, bias):
 
 
 def _conv(x, w, bias):
-    from ._linalg import _conv_ref
+    from tolstat.corpus._linalg import _conv_ref
 
     return _conv_ref(np.abs(x), np.abs(w), np.abs(bias))
 
 
 def _softmax(x):
-    from ._rowwise import _softmax_ref
+    from tolstat.corpus._rowwise import _softmax_ref
 
     return _softmax_ref(x)
 
@@ -66,7 +66,7 @@ def _layer_norm(x, weight, bias, eps):
 
 
 def _rms_norm(x, weight, eps):
-    from ._rowwise import _rms_ref
+    from tolstat.corpus._rowwise import _rms_ref
 
     return np.abs(_rms_ref(x, weight, eps))
 

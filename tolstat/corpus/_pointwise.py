@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-from ._base import (
+from tolstat.corpus._base import (
     F32,
     BugSpec,
     OpSpec,

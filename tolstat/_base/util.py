@@ -1,0 +1,306 @@
+"""Small shared helpers: argument validation, atomic file writes, grouping of runs.
+
+Foundation layer: imports nothing from the rest of the package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import shutil
+import socket
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+__all__ = ["unit_interval", "atomic_write", "atomic_write_text", "clean_stale", "remove_tree", "Groups",
+           "group_rows", "ANY", "GROUP_DIMS", "NotEnoughData", "percent"]
+
+#: the grouping of an error dataset and of a tolerance table
+GROUP_DIMS = ("op", "dtype", "hardware")
+#: the label of a group pooled over a dimension (e.g. hardware ``"*"``)
+ANY = "*"
+
+
+# --------------------------------------------------------------------------- validation
+from tolstat._base.validate import unit_interval  # noqa: E402,F401  (one home for validation: _validate)
+
+
+# --------------------------------------------------------------------------- atomic writes
+_HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:6]
+_TMP_RE = re.compile(r"^\.(?P<name>.+)\.(?:tmp|old|lnk)-(?P<host>[0-9a-f]{6})-(?P<pid>\d+)-[0-9a-f]{8}")
+_VER = "v-"
+
+
+def _tmp_path(dest: Path, kind: str = "tmp") -> Path:
+    """``.<name>.<kind>-<host>-<pid>-<random><suffix>`` next to ``dest``: unique per writer,
+    and naming its writer so that a later save can remove it once that writer is dead."""
+    return dest.with_name(f".{dest.name}.{kind}-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}{dest.suffix}")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove(p: Path) -> None:
+    try:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def remove_tree(p: str | os.PathLike[str]) -> None:
+    """Remove a file, a directory, or a link written by :func:`atomic_write` and its version."""
+    p = Path(p)
+    if p.is_symlink():
+        target = p.parent / os.readlink(p)
+        p.unlink()
+        if target.parent == p.parent and target.name.startswith(f".{p.name}.{_VER}"):
+            _remove(target)
+    elif p.exists():
+        _remove(p)
+
+
+def clean_stale(dest: str | os.PathLike[str]) -> list[Path]:
+    """Remove temporaries of ``dest`` left by killed writers (same host, process gone).
+
+    Temporaries of live writers (a save in progress) are left alone. Returns the paths
+    removed.
+    """
+    dest = Path(dest)
+    removed = []
+    try:
+        entries = list(dest.parent.iterdir())
+    except OSError:
+        return removed
+    for p in entries:
+        m = _TMP_RE.match(p.name)
+        if not m or m.group("name") != dest.name or m.group("host") != _HOST:
+            continue
+        if not _alive(int(m.group("pid"))):
+            _remove(p)
+            removed.append(p)
+    return removed
+
+
+def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], Any]) -> Path:
+    """Write a file atomically: ``write(tmp)`` to a unique temporary name, then one rename.
+
+    A reader sees either the old file or the complete new one, never a torn or missing
+    file; a failed ``write`` leaves the destination untouched and removes the temporary.
+    Temporaries of earlier writers that were killed (SIGKILL, OOM) are removed first.
+    Concurrent writers of the same path do not collide (unique temporary names); the
+    last rename wins.
+
+    ``write`` may also create a directory (a zarr store). A directory cannot replace
+    another one in a single rename, so the destination is then a *symbolic link* to a
+    versioned directory ``.<name>.v-<id>`` next to it: the new version is written in
+    full, a new link is made and renamed over the old one (one atomic rename), and only
+    then is the previous version removed (under a lock, see ``docs/errors.md``). A
+    destination that is a plain directory (written by an older tolstat) is swapped for
+    the link with ``renameat2(RENAME_EXCHANGE)`` where the OS has it.
+
+    Parameters
+    ----------
+    path : path-like
+        Destination file or directory.
+    write : callable
+        Called with the temporary path (same folder, same suffix); must create it.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
+    """
+    dest = Path(path)
+    clean_stale(dest)
+    tmp = _tmp_path(dest)
+    try:
+        write(tmp)
+        if tmp.is_dir():
+            _publish_dir(tmp, dest)
+        else:
+            _fsync(tmp)
+            os.replace(tmp, dest)
+            _fsync_dir(dest.parent)
+    except BaseException:
+        _remove(tmp)
+        raise
+    return dest
+
+
+def _fsync(p: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _fsync_dir(d: Path) -> None:
+    _fsync(d)
+
+
+@contextlib.contextmanager
+def _publish_lock(dest: Path) -> Iterator[None]:
+    """Exclusive lock (waiting) for publishing a new version of the directory ``dest``
+    (portable: ``filelock`` uses ``flock`` on POSIX, ``msvcrt`` on Windows)."""
+    from filelock import FileLock
+
+    lock = FileLock(os.fspath(dest.with_name(f".{dest.name}.publish-lock")), thread_local=False,
+                    is_singleton=False)
+    with lock:
+        yield
+
+
+def _publish_dir(tmp: Path, dest: Path) -> None:
+    """Make the complete directory ``tmp`` the content of ``dest`` with one atomic rename."""
+    with _publish_lock(dest):
+        version = dest.with_name(f".{dest.name}.{_VER}{uuid.uuid4().hex}")
+        os.replace(tmp, version)
+        link = _tmp_path(dest, "lnk")
+        os.symlink(version.name, link)
+        try:
+            if dest.is_dir() and not dest.is_symlink():
+                _exchange(link, dest)  # the old plain directory is now at ``link``
+            else:
+                os.replace(link, dest)
+        except BaseException:
+            _remove(link)
+            _remove(version)
+            raise
+        _remove(link)
+        # every other version is superseded. It is first renamed away in one step, then
+        # deleted: a reader that read a whole version and finds it still in place after
+        # the read knows that it read an intact copy (tolstat.open_errors retries otherwise)
+        for p in dest.parent.iterdir():
+            if p.name.startswith(f".{dest.name}.{_VER}") and p.name != version.name:
+                trash = _tmp_path(dest, "old")
+                try:
+                    os.rename(p, trash)
+                except FileNotFoundError:
+                    continue
+                _remove(trash)
+        _fsync_dir(dest.parent)
+
+
+def _exchange(a: Path, b: Path) -> None:
+    """Atomically exchange two paths (Linux ``renameat2(RENAME_EXCHANGE)``); fall back to
+    two renames (a short window without ``b``) where the OS has no exchange."""
+    import ctypes
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    fn = getattr(libc, "renameat2", None)
+    if fn is not None:
+        AT_FDCWD, RENAME_EXCHANGE = -100, 2
+        if fn(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+            return
+    aside = _tmp_path(b, "old")
+    os.replace(b, aside)
+    os.replace(a, b)
+    os.replace(aside, a)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """:func:`atomic_write` of a UTF-8 text file."""
+    return atomic_write(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+# --------------------------------------------------------------------------- grouping
+@dataclass(frozen=True)
+class Groups:
+    """Rows grouped by several label columns (see :func:`group_rows`).
+
+    Attributes
+    ----------
+    levels : list of numpy.ndarray
+        The sorted distinct values of each label column.
+    shape : tuple of int
+        ``len`` of each level: the dense grid of all label combinations.
+    flat : numpy.ndarray of int
+        Per row, the flat (C-order) index of its combination in the grid.
+    present : numpy.ndarray of int
+        The flat grid indices of the combinations that have rows, sorted.
+    codes : numpy.ndarray of int
+        Per row, the index of its combination in ``present``.
+    """
+
+    levels: list[np.ndarray]
+    shape: tuple[int, ...]
+    flat: np.ndarray
+    present: np.ndarray
+    codes: np.ndarray
+
+    def keys(self) -> list[tuple[Any, ...]]:
+        """The label values of each present combination (in ``present`` order)."""
+        idx = np.unravel_index(self.present, self.shape) if self.levels else ()
+        return [tuple(lv[i[j]] for lv, i in zip(self.levels, idx)) for j in range(self.present.size)]
+
+
+def group_rows(labels: Sequence[Any], n: int | None = None) -> Groups:
+    """Group rows by label columns (e.g. the ``op``, ``dtype``, ``hardware`` of each run).
+
+    Parameters
+    ----------
+    labels : sequence of array_like
+        Label columns of equal length (may be empty: one group of all rows).
+    n : int, optional
+        Number of rows (needed only when ``labels`` is empty).
+    """
+    levels, inv = [], []
+    for col in labels:
+        u, i = np.unique(np.asarray(col), return_inverse=True)
+        levels.append(u)
+        inv.append(np.asarray(i, dtype=np.int64).ravel())
+    shape = tuple(len(u) for u in levels)
+    rows = len(inv[0]) if inv else int(n or 0)
+    flat = np.ravel_multi_index(inv, shape) if inv and rows else np.zeros(rows, np.int64)
+    present, codes = np.unique(flat, return_inverse=True)
+    return Groups(levels, shape, np.asarray(flat, dtype=np.int64), present,
+                  np.asarray(codes, dtype=np.int64).ravel())
+
+
+class NotEnoughData(ValueError):
+    """Too few independent calibration units (runs, or declared clusters) to keep a promise.
+
+    Raised by every calibration path (``tolstat.select``, ``tolstat.calibrate``,
+    ``tolstat.calibration.engine``); ``on_error="skip"`` and ``tolstat evaluate`` catch only this.
+
+    Attributes
+    ----------
+    n : int or None
+        Units available.
+    n_needed : int or None
+        Units the group would need for the bound asked for.
+    group : str or None
+        The group refused, where known.
+    """
+
+    def __init__(self, message: str, *, n: int | None = None, n_needed: int | None = None,
+                 group: str | None = None):
+        super().__init__(message)
+        self.n = None if n is None else int(n)
+        self.n_needed = None if n_needed is None else int(n_needed)
+        self.group = group
+
+
+def percent(x: Any, digits: int) -> str:
+    """``x`` (a fraction) as a percentage with ``digits`` decimals; ``-`` for NaN or None
+    (nothing was measured)."""
+    return "-" if x is None or x != x else f"{100 * x:.{digits}f}%"

@@ -1,0 +1,11 @@
+"""Assessment: how well tolerance rules do on data with known bugs.
+
+:func:`~tolstat.assess.comparison.compare` (cross-validated recall and false-positive
+rates of tolerance rules), :func:`~tolstat.assess.hwshift.shift` (calibrate on one
+hardware, check on another) and :func:`~tolstat.assess.evaluation.evaluate` (the kernel
+corpus). Results only: printing, argument parsing and plots belong to the CLI.
+"""
+
+from tolstat._base.lazy import namespace as _namespace
+
+__getattr__, __dir__ = _namespace(__name__, ("comparison", "hwshift", "evaluation", "methods"))

@@ -1,0 +1,113 @@
+"""The decision of a check, defined once: the number compared with each threshold.
+
+A table entry holds, per statistic, a threshold; a check of one output fails when one
+statistic's *decision value* exceeds its threshold. The decision value is computed here,
+and only here, for every consumer:
+
+* calibration (:func:`tolstat.select`, every form) certifies thresholds on
+  :func:`run_values` of the calibration runs;
+* :func:`tolstat.check` / :func:`tolstat.assert_close` and the pytest plugin compare
+  :func:`pair_value` of one output (the operator form:
+  :func:`tolstat.models.statistics.pair_op_statistics`, which applies the same rule);
+* :func:`check_runs`, :func:`tolstat.compare` and :func:`tolstat.assess.evaluation` compare
+  :func:`run_values` of held-out runs.
+
+The decision value of a statistic is the registered statistic
+(:mod:`tolstat.models.statistics`) with one rule on top: **a correctly rounded output** (every
+element the reference rounded to nearest in the output format,
+:func:`tolstat.models.statistics.correctly_rounded`) **has decision value 0**, so it passes every
+threshold. The rule is a property of the whole run, so it is computed exactly from an
+error dataset (``max_ulp``) and from a pair (``max(ulp)``) alike:
+``tests/test_decision.py`` checks that ``check`` compares, for every calibration run, the
+very number the calibration certified.
+
+Layer: selection (first module; imports only the dataset layer).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import numpy as np
+
+from tolstat.measure.metrics import ErrorMetrics
+from tolstat.models.statistics import correctly_rounded
+from tolstat.models.statistics import get as get_statistic
+
+__all__ = ["run_values", "pair_value", "exceeds", "pair_is_correctly_rounded", "entry_run_values", "entry_failed_runs"]
+
+
+def _run_correctly_rounded(ds: Any) -> np.ndarray:
+    cr = correctly_rounded(np.asarray(ds["max_ulp"].values, dtype=np.float64))
+    return cr & (np.asarray(ds["n_nonfinite"].values) == 0)
+
+
+def run_values(ds: Any, name: str, model: Any = None) -> np.ndarray:
+    """Decision value of statistic ``name`` for every run of an error dataset.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        Error dataset (calibration or held-out runs).
+    name : str
+        A registered statistic (``max_abs``, ``max_rel``, ``max_ulp``, ``max_score``,
+        ``bias``, ``op_score``).
+    model : ScaleModel or mapping, optional
+        The scale model of ``max_score``; the certificate (with ``normalisers``) of
+        ``op_score``.
+
+    Returns
+    -------
+    numpy.ndarray of float64
+        One value per run: the statistic, 0 for a correctly rounded run, ``inf`` for a
+        run with non-finite output.
+    """
+    x = np.array(get_statistic(name).run_scores(ds, model).scores, dtype=np.float64)
+    return np.where(_run_correctly_rounded(ds), 0.0, x)
+
+
+def pair_is_correctly_rounded(m: ErrorMetrics) -> bool:
+    """True when every element of the pair is the reference rounded to nearest."""
+    return bool(m.ulp.size) and m.n_nonfinite == 0 and bool(correctly_rounded(np.max(m.ulp)))
+
+
+def pair_value(m: ErrorMetrics, name: str, model: Any = None, covariates: Mapping[str, Any] | None = None,
+               dtype: str | None = None) -> float:
+    """Decision value of statistic ``name`` for one output/reference pair (see :func:`run_values`)."""
+    if pair_is_correctly_rounded(m):
+        return 0.0
+    return float(get_statistic(name).value(m, model, covariates, dtype))
+
+
+def _entry_model(entry: Any, name: str) -> Any:
+    return entry.certificate if get_statistic(name).kind == "score" else entry.scale
+
+
+def entry_run_values(ds: Any, entry: Any) -> dict[str, np.ndarray]:
+    """Decision values of every statistic of a table entry over the runs of ``ds``."""
+    return {name: run_values(ds, name, _entry_model(entry, name)) for name in entry.statistics}
+
+
+def entry_failed_runs(ds: Any, entry: Any) -> np.ndarray:
+    """True for each run of ``ds`` that fails the entry (some decision value over its threshold).
+
+    A refused statistic (NaN threshold) raises: such a group cannot be checked.
+    """
+    fail = np.zeros(ds.sizes["run"], dtype=bool)
+    for name, vals in entry_run_values(ds, entry).items():
+        thr = float(entry.statistics[name].threshold)
+        if math.isnan(thr):
+            raise ValueError(f"table group ({entry.op}, {entry.dtype}, {entry.hardware}): statistic {name!r} "
+                             "was refused at calibration (no threshold); it cannot be checked")
+        fail |= exceeds(vals, thr)
+    return fail
+
+
+def exceeds(value: Any, threshold: float) -> Any:
+    """The comparison of a check: fails when the decision value is over the threshold.
+
+    A NaN value (no statistic of the combined score applies to the run) does not fail;
+    ``inf`` (non-finite output) always does.
+    """
+    return np.greater(value, threshold)

@@ -1,0 +1,284 @@
+"""Reviewable tolerance tables: stable JSON layout, ``tolstat show`` and ``tolstat diff``.
+
+A table is code a reviewer approves in a pull request, so its JSON file
+(:meth:`tolstat.ToleranceTable.to_json`) is laid out for line diffs:
+
+* keys in a fixed order: table settings, stable provenance, the groups (sorted by op,
+  dtype, hardware), and last a ``"volatile"`` block with what changes on every run
+  (``created``, ``host``, ``pid``, wherever they occur in the provenance, keyed by
+  their dotted path);
+* each group starts with ``"user_units"``: the max-error threshold as
+  ``atol``/``rtol`` (``|actual - expected| <= atol + rtol*|expected|``) at the scale
+  model's reference sizes (the reference value of each power covariate, 1 for each
+  linear covariate; listed under ``"at"``), or a note when the statistic has no such
+  form;
+* a list of numbers (``top_scores``) and a small flat dict (``tail``) take one line each.
+
+Tables written before this layout load unchanged (:func:`tolstat.load_table` reads
+both; ``user_units`` and ``volatile`` are derived or informational).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Mapping, Sequence
+
+__all__ = ["table_json", "user_units", "show_table", "diff_tables", "VOLATILE_KEYS"]
+
+#: provenance keys that change on every run; written to the ``"volatile"`` block
+VOLATILE_KEYS = ("created", "host", "pid")
+_TOP_ORDER = ("tolstat_table", "tolstat_version", "fp_budget", "confidence", "form", "statistics",
+              "budget_split", "provenance", "groups")
+_GROUP_ORDER = ("op", "dtype", "hardware", "n", "n_inexact", "user_units", "scale", "statistics", "certificate")
+_STAT_ORDER = ("threshold", "method", "budget", "confidence", "estimate", "reason", "tail", "top_scores")
+
+
+def _f(v: Any) -> Any:
+    v = float(v)
+    if math.isfinite(v):
+        return v
+    return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+
+
+def _split_volatile(obj: Any, path: str, out: dict[str, Any]) -> Any:
+    if isinstance(obj, Mapping):
+        keep = {}
+        for k, v in obj.items():
+            p = f"{path}.{k}" if path else str(k)
+            if k in VOLATILE_KEYS and not isinstance(v, (Mapping, list)):
+                out[p] = v
+            elif k == "volatile" and isinstance(v, Mapping) and not path.count("."):
+                out.update({str(a): b for a, b in v.items()})  # a block read back from a file
+            else:
+                keep[k] = _split_volatile(v, p, out)
+        return keep
+    if isinstance(obj, list):
+        return [_split_volatile(v, f"{path}[{i}]", out) for i, v in enumerate(obj)]
+    return obj
+
+
+def _scalar(v: Any) -> bool:
+    return v is None or isinstance(v, (str, int, float, bool))
+
+
+def _dump(obj: Any, indent: int, order: Sequence[str] = ()) -> str:
+    pad, inner = " " * indent, " " * (indent + 1)
+    if isinstance(obj, Mapping):
+        if not obj:
+            return "{}"
+        if len(obj) <= 6 and all(_scalar(v) for v in obj.values()):
+            return "{" + ", ".join(f"{json.dumps(str(k))}: {json.dumps(v, allow_nan=False)}"
+                                   for k, v in sorted(obj.items())) + "}"
+        keys = [k for k in order if k in obj] + sorted(k for k in obj if k not in order)
+        sub = {"groups": _GROUP_ORDER, "statistics": ()}
+        parts = []
+        for k in keys:
+            child_order: Sequence[str] = ()
+            if order is _GROUP_ORDER and k == "statistics":
+                parts.append(f'{inner}{json.dumps(str(k))}: ' + _dump_stats(obj[k], indent + 1))
+                continue
+            if k in sub:
+                child_order = sub[k]
+            parts.append(f"{inner}{json.dumps(str(k))}: {_dump(obj[k], indent + 1, child_order)}")
+        return "{\n" + ",\n".join(parts) + "\n" + pad + "}"
+    if isinstance(obj, list):
+        if all(_scalar(v) for v in obj):
+            return "[" + ", ".join(json.dumps(v, allow_nan=False) for v in obj) + "]"
+        return "[\n" + ",\n".join(inner + _dump(v, indent + 1, order) for v in obj) + "\n" + pad + "]"
+    return json.dumps(obj, allow_nan=False)
+
+
+def _dump_stats(stats: Mapping[str, Any], indent: int) -> str:
+    pad, inner = " " * indent, " " * (indent + 1)
+    parts = [f"{inner}{json.dumps(str(k))}: {_dump(stats[k], indent + 1, _STAT_ORDER)}" for k in stats]
+    return "{\n" + ",\n".join(parts) + "\n" + pad + "}"
+
+
+def user_units(table: Any, index: int) -> dict[str, Any]:
+    """The max-error threshold of group ``index`` in user units (see the module docstring).
+
+    Returns
+    -------
+    dict
+        ``{"statistic", "atol", "rtol", "at"}``, or ``{"statistic", "note"}`` when the
+        statistic has no allclose form (``max_ulp``, a baseline-relative scale) or the
+        group has no threshold.
+    """
+    op, dt, hw = table.groups[index]
+    name = table.statistics[0]
+    if name == "op_score":
+        return _operator_units(table, index)
+    sj = str(table.data["scale_json"].values[index])
+    at: dict[str, float] = {}
+    if sj:
+        sc = json.loads(sj)
+        at.update({k: 1.0 for k in sc.get("linear", {})})
+        at.update({k: float(v[1]) for k, v in sc.get("power", {}).items()})
+    try:
+        ent = table.entry(op, dt, hw)
+        atol, rtol = ent.allclose(at)
+    except (ValueError, KeyError) as exc:
+        msg = exc.args[0] if exc.args else str(exc)
+        return {"statistic": name, "note": str(msg)}
+    return {"statistic": name, "atol": _f(atol), "rtol": _f(rtol), "at": {k: _f(v) for k, v in at.items()}}
+
+
+def _operator_units(table: Any, index: int) -> dict[str, Any]:
+    """User units of an operator-form threshold: what it allows per element and per statistic."""
+    thr = float(table.data["threshold"].values[index, 0])
+    cj = str(table.data["certificate_json"].values[index]) if "certificate_json" in table.data else ""
+    cert = json.loads(cj) if cj else {}
+    q = cert.get("normalisers", {})
+    if not math.isfinite(thr) or not q:
+        return {"statistic": "op_score", "note": "no threshold (refused)" if not math.isfinite(thr) else "no normalisers"}
+    limits = {k: _f(thr * float(v)) for k, v in q.items()}
+    note = (f"combined score S = max_j T_j / q_j <= {thr:.4g}; each operator statistic T_j (in units of the "
+            "operator noise scale s_i, docs/noise.md) may reach its limit")
+    if "op_max" in q:
+        note += f"; per element |actual - expected| <= {thr * float(q['op_max']):.4g} * s_i"
+    return {"statistic": "op_score", "note": note, "limits": limits}
+
+
+def table_json(table: Any) -> str:
+    """The reviewable JSON text of a :class:`~tolstat.ToleranceTable` (module docstring)."""
+    doc = table.to_dict()
+    volatile: dict[str, Any] = {}
+    doc["provenance"] = _split_volatile(doc.get("provenance", {}), "provenance", volatile)
+    groups = doc.pop("groups")
+    for i, g in enumerate(groups):
+        g["user_units"] = user_units(table, i)
+    order = sorted(range(len(groups)), key=lambda i: (groups[i]["op"], groups[i]["dtype"], groups[i]["hardware"]))
+    doc["groups"] = [groups[i] for i in order]
+    body = _dump(doc, 0, _TOP_ORDER)
+    vol = _dump({k: volatile[k] for k in sorted(volatile)}, 1)
+    return body[:-2] + ',\n "volatile": ' + vol + "\n}\n"
+
+
+# --------------------------------------------------------------------------- show / diff
+def _g(v: float) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"
+
+
+def _rows(table: Any) -> dict[tuple[str, str, str, str], dict[str, Any]]:
+    d = table.data
+    out = {}
+    for i, (op, dt, hw) in enumerate(table.groups):
+        uu = user_units(table, i)
+        for j, s in enumerate(table.statistics):
+            out[(op, dt, hw, s)] = {
+                "threshold": float(d["threshold"].values[i, j]),
+                "method": str(d["method"].values[i, j]),
+                "budget": float(d["budget"].values[i, j]),
+                "confidence": float(d["stat_confidence"].values[i, j]),
+                "n": int(d["n"].values[i]),
+                "atol": float(uu["atol"]) if j == 0 and "atol" in uu else math.nan,
+                "rtol": float(uu["rtol"]) if j == 0 and "rtol" in uu else math.nan,
+            }
+    return out
+
+
+def _columns(rows: list[tuple[str, ...]]) -> list[str]:
+    w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w[j]) for j, c in enumerate(r)).rstrip() for r in rows]
+
+
+def show_table(table: Any, *, name: str = "") -> str:
+    """A readable per-group listing of a table (``tolstat show``).
+
+    One line per (group, statistic): op, dtype, hardware, statistic, threshold, the
+    max-error threshold in user units (``atol``/``rtol`` at reference sizes), method and
+    calibration runs.
+    """
+    m = table.meta
+    head = (f"tolstat table{' ' + name if name else ''}: {len(table)} groups, fp_budget={table.fp_budget:g} "
+            f"per check at confidence {table.confidence:g}, form={m['form']}, "
+            f"budget split {m['budget_split'] or '-'}")
+    rows = [("op", "dtype", "hardware", "statistic", "threshold", "atol", "rtol", "method", "n")]
+    for (op, dt, hw, s), r in sorted(_rows(table).items()):
+        rows.append((op, dt, hw, s, _g(r["threshold"]), _g(r["atol"]), _g(r["rtol"]), r["method"], str(r["n"])))
+    hws = sorted({h for _, _, h in table.groups})
+    return "\n".join([head, f"hardware: {', '.join(hws)}"] + _columns(rows) + _certificate_lines(table))
+
+
+def _certificate_lines(table: Any) -> list[str]:
+    """Per group of a certified table (forms auto/operator): the form chosen, why, and the limits."""
+    if "certificate_json" not in table.data:
+        return []
+    out = []
+    for i, (op, dt, hw) in enumerate(table.groups):
+        cj = str(table.data["certificate_json"].values[i])
+        if not cj:
+            continue
+        c = json.loads(cj)
+        if not c.get("guarantee"):
+            continue  # the tolstat.calibration.bounds path (bias, conformal, evt): its lines say it all
+        pool = f", pooled with {len(c['pool'])} groups" if c.get("pool") else ""
+        flags = f", flags {', '.join(c['flags'])}" if c.get("flags") else ""
+        out.append(f"({op}, {dt}, {hw}): form {c['form']} ({c.get('form_reason', '')}); {c.get('method')}{pool}{flags}")
+        uu = user_units(table, i)
+        if "note" in uu:
+            out.append(f"    {uu['note']}")
+    return ["", "per group:"] + out if out else []
+
+
+def _ratio(a: float, b: float) -> str:
+    if math.isnan(a) or math.isnan(b):
+        return "-"
+    if a == b:
+        return "x1"
+    return f"x{b / a:.4g}" if a > 0 else "new>0"
+
+
+def diff_tables(old: Any, new: Any, *, names: tuple[str, str] = ("OLD", "NEW"), changed_only: bool = False) -> str:
+    """What changed between two tables, per group (``tolstat diff``), for a pull request.
+
+    Table-level settings that differ, then one line per (group, statistic): the
+    threshold ``old -> new`` with their ratio, the user-unit ``atol`` where it changed,
+    method, budget and run-count changes; ``+``/``-`` for added/removed groups, ``~``
+    for changed ones, ``=`` for unchanged ones (left out with ``changed_only``).
+    """
+    lines = [f"tolstat diff {names[0]} -> {names[1]}"]
+    mo, mn = old.meta, new.meta
+    for k in ("fp_budget", "confidence", "form", "statistics", "budget_split"):
+        if mo.get(k) != mn.get(k):
+            lines.append(f"  table {k}: {mo.get(k)!r} -> {mn.get(k)!r}")
+    ro, rn = _rows(old), _rows(new)
+    rows = []
+    n_same = n_thr = 0
+    for key in sorted(set(ro) | set(rn)):
+        op, dt, hw, s = key
+        where = (op, dt, hw, s)
+        if key not in rn:
+            r = ro[key]
+            rows.append(("-", *where, _g(r["threshold"]), "", f"removed ({r['method']}, n={r['n']})"))
+            continue
+        if key not in ro:
+            r = rn[key]
+            rows.append(("+", *where, _g(r["threshold"]), "", f"added ({r['method']}, n={r['n']})"))
+            continue
+        a, b = ro[key], rn[key]
+        notes = []
+        if a["method"] != b["method"]:
+            notes.append(f"method {a['method']} -> {b['method']}")
+        if a["budget"] != b["budget"] or a["confidence"] != b["confidence"]:
+            notes.append(f"budget {a['budget']:.4g} -> {b['budget']:.4g} at {a['confidence']:.4g} -> "
+                         f"{b['confidence']:.4g}")
+        if a["n"] != b["n"]:
+            notes.append(f"n {a['n']} -> {b['n']}")
+        if a["atol"] != b["atol"] and not (math.isnan(a["atol"]) and math.isnan(b["atol"])):
+            notes.append(f"atol {_g(a['atol'])} -> {_g(b['atol'])}")
+        same_thr = a["threshold"] == b["threshold"] or (math.isnan(a["threshold"]) and math.isnan(b["threshold"]))
+        if same_thr and not notes:
+            n_same += 1
+            if changed_only:
+                continue
+        n_thr += not same_thr
+        rows.append(("=" if same_thr and not notes else "~", *where, f"{_g(a['threshold'])} -> {_g(b['threshold'])}",
+                     _ratio(a["threshold"], b["threshold"]), "; ".join(notes)))
+    if rows:
+        lines += ["  " + r for r in _columns([("", "op", "dtype", "hardware", "statistic", "threshold", "ratio",
+                                                "changes")] + rows)]
+    lines.append(f"{sum(r[0] != '=' for r in rows)} changed ({n_thr} thresholds), {n_same} unchanged "
+                 "(group, statistic) entries")
+    return "\n".join(lines)

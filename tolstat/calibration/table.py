@@ -1,0 +1,667 @@
+"""The tolerance table: thresholds per (op, dtype, hardware), their lookup and IO.
+
+Built by :func:`tolstat.select` (selection -> **table** -> checks); stored as versioned
+JSON (:meth:`ToleranceTable.to_json`) or netCDF (:meth:`ToleranceTable.to_netcdf`) and
+read back with :func:`load_table`. Each entry knows how its max-error statistic turns
+into an ``(atol, rtol)`` pair (:mod:`tolstat.models.statistics`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import xarray as xr
+
+from tolstat._base.dtypes import canonical_dtype
+from tolstat._base import validate as _validate
+from tolstat._base.util import ANY, atomic_write, atomic_write_text
+from tolstat._version import __version__
+from tolstat.models.scale import ScaleModel
+from tolstat.models.statistics import get as get_statistic
+
+__all__ = ["TABLE_SCHEMA", "StatEntry", "ToleranceEntry", "ToleranceTable", "load_table"]
+
+TABLE_SCHEMA = 1
+TAIL_KEYS = ("u", "sigma", "xi", "zeta", "gof_p")
+
+
+@dataclass(frozen=True)
+class StatEntry:
+    """Threshold of one statistic in one group of a :class:`ToleranceTable`."""
+
+    statistic: str
+    threshold: float
+    estimate: float
+    budget: float
+    confidence: float
+    method: str
+    reason: str
+    n: int
+    tail: dict[str, float]
+    top: np.ndarray
+
+
+@dataclass(frozen=True)
+class ToleranceEntry:
+    """What a check of one (op, dtype, hardware) needs, found by :meth:`ToleranceTable.entry`.
+
+    Attributes
+    ----------
+    op, dtype, hardware : str
+        The group matched (``hardware`` may be ``"*"``).
+    requested_hardware : str or None
+        The hardware asked for.
+    fallback : str
+        How the group was found (``"exact"``, ``"any hardware"``, ``"only hardware"``,
+        ``"default op"``).
+    n : int
+        Calibration runs.
+    statistics : dict
+        ``{name: StatEntry}``; the first is the max-error statistic.
+    scale : ScaleModel or None
+        Noise-scale model of ``max_score``.
+    fp_budget, confidence : float
+        The promise of the whole check.
+    certificate : dict or None
+        How the group's threshold was chosen and what it promises (forms ``"auto"`` and
+        ``"operator"``): ``form``, ``form_reason``, ``method``, ``guarantee``; for the
+        operator form ``statistics``, ``normalisers``, ``rowwise``, ``needs_magnitude``,
+        ``covariates``, ``pool``, ``flags`` (:func:`tolstat.calibration.engine.certify`).
+    """
+
+    op: str
+    dtype: str
+    hardware: str
+    requested_hardware: str | None
+    fallback: str
+    n: int
+    statistics: dict[str, StatEntry]
+    scale: ScaleModel | None
+    fp_budget: float
+    confidence: float
+    certificate: dict[str, Any] | None = None
+
+    @property
+    def operator(self) -> bool:
+        """True for an operator-form entry (checked with the combined score ``op_score``)."""
+        return "op_score" in self.statistics
+
+    @property
+    def max_statistic(self) -> str:
+        """Name of the max-error statistic (``max_abs``, ``max_ulp``, ``max_rel``, ``max_score``)."""
+        return next(s for s in self.statistics if s != "bias")
+
+    def allclose(self, covariates: Mapping[str, Any] | None = None) -> tuple[float, float]:
+        """``(atol, rtol)`` equivalent of the max-error threshold for one check.
+
+        ``max_abs``: ``(c, 0)``; ``max_rel``: ``(c*rel_floor, c)`` approximately (the
+        exact rule is ``|d| <= c*max(|ref|, rel_floor)``); ``max_score``: ``c`` times
+        the scale model's pair at ``covariates``.
+
+        Raises
+        ------
+        ValueError
+            ``max_ulp`` or a baseline-relative scale (no allclose form), missing
+            covariates, or a NaN/inf covariate.
+        TypeError
+            A covariate that is not a real number.
+        """
+        name = self.max_statistic
+        cov = _validate.covariates(covariates)  # finite numbers only: K=inf would switch it off
+        return get_statistic(name).allclose_pair(self.statistics[name].threshold, self.dtype, self.scale,
+                                                 cov)
+
+
+def _f(v: Any) -> Any:
+    """Float for JSON: repr-exact numbers, non-finite as strings."""
+    v = float(v)
+    if math.isfinite(v):
+        return v
+    return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+
+
+def _certificate(d: xr.Dataset, i: int) -> dict[str, Any] | None:
+    """The group's certificate dict (None for tables without one, e.g. older files)."""
+    if "certificate_json" not in d:
+        return None
+    s = str(d["certificate_json"].values[i])
+    return json.loads(s) if s else None
+
+
+def _uf(v: Any) -> float:
+    """A number from JSON: numbers and the strings ``"inf"``/``"nan"`` written by :func:`_f`."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str, np.integer, np.floating)):
+        raise ValueError(f"expected a number, got {v!r} ({type(v).__name__})")
+    try:
+        return float(v)  # float("inf"), float("nan") parse the string forms
+    except ValueError:
+        raise ValueError(f"expected a number, got {v!r}") from None
+
+
+def _check_group_keys(groups: Sequence[Any], statistics: list[str]) -> None:
+    """Every group of the JSON layout has the keys a table needs (clear error otherwise)."""
+    for i, g in enumerate(groups):
+        if not isinstance(g, Mapping):
+            raise ValueError(f"table group {i} must be an object, got {type(g).__name__}")
+        for k in ("op", "dtype", "hardware", "n", "statistics"):
+            if k not in g:
+                raise ValueError(f"table group {i} has no {k!r}")
+        for k in ("op", "dtype", "hardware"):  # before numpy strings drop a trailing NUL
+            _validate.label_value(f"table group {i} {k}", g[k])
+        for st in statistics:
+            if not isinstance(g["statistics"], Mapping) or st not in g["statistics"]:
+                raise ValueError(f"table group {i} ({g['op']}, {g['dtype']}, {g['hardware']}) has no "
+                                 f"entry for statistic {st!r}")
+            for k in ("threshold", "estimate", "budget", "confidence", "method", "reason"):
+                if k not in g["statistics"][st]:
+                    raise ValueError(f"table group {i} statistic {st!r} has no {k!r}")
+
+
+_NUM_SCALE = ("atol", "rtol", "unit", "floor")
+
+
+def check_table_data(d: xr.Dataset, source: str | None = None) -> None:
+    """Validate a table's values, so that no typo or edit can switch a check off.
+
+    Checks: the variables and attributes exist; ``fp_budget`` in [1e-9, 0.5] and
+    ``confidence`` in (0, 1); every statistic known; per statistic, a threshold that
+    is finite and >= 0 (or NaN: a refused group, whose lookup raises), a budget and confidence in
+    (0, 1); ``n >= 1``; scale parameters finite and ``atol, rtol >= 0``; labels free of
+    control characters; no duplicate (op, dtype, hardware) group.
+
+    Raises
+    ------
+    ValueError
+        Naming the table (``source``), the group, the field, the value and what is allowed.
+    """
+    where = f" {source!r}" if source else ""
+
+    def fail(msg: str) -> None:
+        raise ValueError(f"invalid tolerance table{where}: {msg}")
+
+    need = ("threshold", "estimate", "budget", "stat_confidence", "method", "reason", "n", "scale_json",
+            "op", "dtype", "hardware", "statistic")
+    missing = [v for v in need if v not in d.variables]
+    if missing:
+        fail(f"missing variable(s) {missing}")
+    for a in ("fp_budget", "confidence", "statistics"):
+        if a not in d.attrs:
+            fail(f"missing attribute {a!r}")
+    try:
+        _validate.budget("fp_budget", d.attrs["fp_budget"])
+        _validate.unit_interval("confidence", d.attrs["confidence"])
+    except ValueError as exc:
+        fail(str(exc))
+    from tolstat.models.statistics import REGISTRY
+
+    stats = [str(x) for x in d["statistic"].values]
+    unknown = [x for x in stats if x not in REGISTRY]
+    if unknown:
+        fail(f"unknown statistic(s) {unknown}; known: {sorted(REGISTRY)}")
+    groups = list(zip(*(map(str, d[k].values) for k in ("op", "dtype", "hardware"))))
+    if len(set(groups)) != len(groups):
+        dup = sorted({g for g in groups if groups.count(g) > 1})
+        fail(f"duplicate (op, dtype, hardware) groups {dup}")
+    for g in groups:
+        for label, v in zip(("op", "dtype", "hardware"), g):
+            try:
+                _validate.label_value(label, v)
+            except ValueError as exc:
+                fail(str(exc))
+    thr = np.asarray(d["threshold"].values, dtype=np.float64)
+    for (i, j), t in np.ndenumerate(thr):
+        t = float(t)
+        name = f"group {groups[i]} statistic {stats[j]!r}"
+        if math.isnan(t):  # a refused group: looking it up raises (KeyError with the reason)
+            continue
+        if not math.isfinite(t) or t < 0:
+            fail(f"{name}: threshold must be a finite number >= 0, got {t!r}")
+        for var, label in (("budget", "budget"), ("stat_confidence", "confidence")):
+            v = float(d[var].values[i, j])
+            if not (0.0 < v < 1.0):
+                fail(f"{name}: {label} must lie in (0, 1), got {v!r}")
+    n = np.asarray(d["n"].values)
+    if n.dtype.kind not in "iu" or (n < 1).any():
+        fail(f"'n' (calibration runs) must be integers >= 1, got {n.tolist()[:5]}")
+    for i, sj in enumerate(map(str, d["scale_json"].values)):
+        if sj:
+            _check_scale(sj, f"group {groups[i]}", fail)
+
+
+def _check_scale(sj: str, name: str, fail: Any) -> None:
+    try:
+        sd = json.loads(sj)
+    except (ValueError, RecursionError) as exc:
+        fail(f"{name}: scale model is not valid JSON ({type(exc).__name__})")
+    if not isinstance(sd, dict) or "form" not in sd:
+        fail(f"{name}: scale model must be an object with a 'form'")
+    nums = [(k, sd.get(k)) for k in _NUM_SCALE if k in sd]
+    nums += [(f"linear[{k!r}]", v) for k, v in dict(sd.get("linear") or {}).items()]
+    for k, v in dict(sd.get("power") or {}).items():
+        if not isinstance(v, (list, tuple)) or len(v) != 2:
+            fail(f"{name}: scale power[{k!r}] must be [exponent, reference], got {v!r}")
+        nums += [(f"power[{k!r}][0]", v[0]), (f"power[{k!r}][1]", v[1])]
+    for k, v in nums:
+        try:
+            f = _uf(v)
+        except ValueError as exc:
+            fail(f"{name}: scale {k}: {exc}")
+        if not math.isfinite(f):
+            fail(f"{name}: scale {k} must be finite, got {v!r}")
+        if k in ("atol", "rtol", "unit", "floor") and f < 0:
+            fail(f"{name}: scale {k} must be >= 0, got {v!r}")
+
+
+class ToleranceTable:
+    """Calibrated thresholds per (op, dtype, hardware), backed by an ``xarray.Dataset``.
+
+    Build with :func:`select`; read with :func:`load_table`. ``table.data`` is the
+    dataset: dims ``group`` (coords ``op``, ``dtype``, ``hardware``), ``statistic`` and
+    ``rank``; variables ``threshold``, ``estimate``, ``budget``, ``stat_confidence``,
+    ``method``, ``reason``, ``tail_u/sigma/xi/zeta/gof_p``, ``top_scores`` (largest
+    calibration scores), ``n``, ``scale_atol``, ``scale_rtol``, ``scale_json`` (the full
+    scale model); attrs ``fp_budget``, ``confidence``, ``form``, ``statistics``,
+    ``budget_split``, ``provenance``, ``tolstat_table`` (schema version).
+
+    Lookup (:meth:`entry`) falls back, in this declared order: exact hardware ->
+    hardware ``"*"`` (a table calibrated over all hardware) -> the only hardware of that
+    (op, dtype) when no hardware was asked for -> op ``"*"`` (a declared default for
+    the dtype) with the same hardware rules. Anything else is a ``KeyError`` listing the
+    groups available.
+    """
+
+    def __init__(self, data: xr.Dataset, *, source: str | None = None):
+        if not isinstance(data, xr.Dataset):
+            raise TypeError(f"ToleranceTable needs an xarray.Dataset, got {type(data).__name__}")
+        schema = data.attrs.get("tolstat_table", None)
+        try:
+            ok = int(schema) == TABLE_SCHEMA
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise ValueError(f"not a tolstat tolerance table (schema {schema!r}, "
+                             f"expected {TABLE_SCHEMA})")
+        check_table_data(data, source)
+        self.data = data
+
+    # ---- construction
+    @classmethod
+    def from_groups(cls, groups: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> "ToleranceTable":
+        """Build from group dicts (the JSON layout) and table metadata."""
+        try:
+            return cls._from_groups(groups, meta)
+        except (KeyError, TypeError, AttributeError, IndexError) as exc:
+            what = f"missing key {exc}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+            raise ValueError(f"malformed tolerance table: {what} (see docs/selection.md for the layout)") from exc
+
+    @classmethod
+    def _from_groups(cls, groups: Sequence[Mapping[str, Any]], meta: Mapping[str, Any]) -> "ToleranceTable":
+        if not isinstance(groups, Sequence) or isinstance(groups, str) or not groups:
+            raise ValueError("a tolerance table needs a non-empty list of groups")
+        statistics = meta["statistics"]
+        if isinstance(statistics, str) or not isinstance(statistics, Sequence) or not statistics:
+            raise ValueError(f"table 'statistics' must be a non-empty list of names, got {statistics!r}")
+        statistics = [str(x) for x in statistics]
+        _check_group_keys(groups, statistics)
+        G, S = len(groups), len(statistics)
+        K = max(1, max(len(g["statistics"][s].get("top_scores", [])) for g in groups for s in statistics))
+        f64 = lambda: np.full((G, S), np.nan)  # noqa: E731
+        thr, est, bud, conf = f64(), f64(), f64(), f64()
+        tails = {k: f64() for k in TAIL_KEYS}
+        meth = np.empty((G, S), dtype=object)
+        reas = np.empty((G, S), dtype=object)
+        top = np.full((G, S, K), np.nan)
+        for i, g in enumerate(groups):
+            for j, s in enumerate(statistics):
+                e = g["statistics"][s]
+                thr[i, j] = _uf(e["threshold"])
+                est[i, j] = _uf(e["estimate"])
+                bud[i, j] = _uf(e["budget"])
+                conf[i, j] = _uf(e["confidence"])
+                meth[i, j] = str(e["method"])
+                reas[i, j] = str(e["reason"])
+                for k in tails:
+                    tails[k][i, j] = _uf(e.get("tail", {}).get(k, "nan"))
+                ts = [_uf(v) for v in e.get("top_scores", [])]
+                top[i, j, : len(ts)] = ts
+        scales = [g.get("scale") for g in groups]
+        gdim = ("group",)
+        ds = xr.Dataset(
+            {
+                "n": (gdim, np.array([int(g["n"]) for g in groups], dtype=np.int64)),
+                "n_inexact": (gdim, np.array([int(g.get("n_inexact", 0)) for g in groups], dtype=np.int64)),
+                "threshold": (("group", "statistic"), thr),
+                "estimate": (("group", "statistic"), est),
+                "budget": (("group", "statistic"), bud),
+                "stat_confidence": (("group", "statistic"), conf),
+                "method": (("group", "statistic"), meth.astype(str)),
+                "reason": (("group", "statistic"), reas.astype(str)),
+                **{f"tail_{k}": (("group", "statistic"), v) for k, v in tails.items()},
+                "top_scores": (("group", "statistic", "rank"), top),
+                "scale_atol": (gdim, np.array([_uf(s.get("atol", 0.0)) if s else np.nan for s in scales])),
+                "scale_rtol": (gdim, np.array([_uf(s.get("rtol", 0.0)) if s else np.nan for s in scales])),
+                "scale_json": (gdim, np.array([json.dumps(s, sort_keys=True) if s else "" for s in scales],
+                                              dtype=str)),
+                "certificate_json": (gdim, np.array([json.dumps(g["certificate"], sort_keys=True)
+                                                     if g.get("certificate") else "" for g in groups], dtype=str)),
+            },
+            coords={
+                "op": (gdim, np.array([str(g["op"]) for g in groups], dtype=str)),
+                "dtype": (gdim, np.array([str(g["dtype"]) for g in groups], dtype=str)),
+                "hardware": (gdim, np.array([str(g["hardware"]) for g in groups], dtype=str)),
+                "statistic": ("statistic", np.array(statistics, dtype=str)),
+            },
+            attrs={
+                "tolstat_table": TABLE_SCHEMA,
+                "tolstat_version": str(meta.get("tolstat_version", __version__)),
+                "fp_budget": float(_uf(meta["fp_budget"])),
+                "confidence": float(_uf(meta["confidence"])),
+                "form": str(meta.get("form") or ""),
+                "statistics": ",".join(statistics),
+                "budget_split": str(meta.get("budget_split", "bonferroni")),
+                "provenance": json.dumps(meta.get("provenance", {}), sort_keys=True),
+            },
+        )
+        keys = list(zip(ds["op"].values.tolist(), ds["dtype"].values.tolist(), ds["hardware"].values.tolist()))
+        if len(set(keys)) != len(keys):
+            raise ValueError("duplicate (op, dtype, hardware) groups in a tolerance table")
+        return cls(ds)
+
+    def _group_dicts(self) -> list[dict[str, Any]]:
+        d = self.data
+        stats = [str(s) for s in d["statistic"].values]
+        out = []
+        for i in range(d.sizes["group"]):
+            st = {}
+            for j, s in enumerate(stats):
+                top = d["top_scores"].values[i, j]
+                st[s] = {
+                    "threshold": _f(d["threshold"].values[i, j]),
+                    "estimate": _f(d["estimate"].values[i, j]),
+                    "budget": _f(d["budget"].values[i, j]),
+                    "confidence": _f(d["stat_confidence"].values[i, j]),
+                    "method": str(d["method"].values[i, j]),
+                    "reason": str(d["reason"].values[i, j]),
+                    "tail": {k: _f(d[f"tail_{k}"].values[i, j]) for k in TAIL_KEYS},
+                    "top_scores": [_f(v) for v in top[~np.isnan(top)]],
+                }
+            sj = str(d["scale_json"].values[i])
+            cj = _certificate(d, i)
+            out.append({
+                "op": str(d["op"].values[i]),
+                "dtype": str(d["dtype"].values[i]),
+                "hardware": str(d["hardware"].values[i]),
+                "n": int(d["n"].values[i]),
+                "n_inexact": int(d["n_inexact"].values[i]),
+                "scale": json.loads(sj) if sj else None,
+                **({"certificate": cj} if cj else {}),
+                "statistics": st,
+            })
+        return out
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """Table-level settings (budget, confidence, form, statistics, provenance)."""
+        a = self.data.attrs
+        return {
+            "tolstat_table": TABLE_SCHEMA,
+            "tolstat_version": str(a.get("tolstat_version", "")),
+            "fp_budget": _f(a["fp_budget"]),
+            "confidence": _f(a["confidence"]),
+            "form": str(a.get("form", "")) or None,
+            "statistics": [x for x in str(a["statistics"]).split(",") if x],
+            "budget_split": str(a.get("budget_split", "")),
+            "provenance": json.loads(str(a.get("provenance", "{}"))),
+        }
+
+    @property
+    def fp_budget(self) -> float:
+        """False-positive budget of one check."""
+        return float(self.data.attrs["fp_budget"])
+
+    @property
+    def confidence(self) -> float:
+        """Confidence of the promise."""
+        return float(self.data.attrs["confidence"])
+
+    @property
+    def statistics(self) -> list[str]:
+        """Statistic names, max-error statistic first."""
+        return [str(s) for s in self.data["statistic"].values]
+
+    @property
+    def groups(self) -> list[tuple[str, str, str]]:
+        """The (op, dtype, hardware) groups of the table."""
+        d = self.data
+        return list(zip(map(str, d["op"].values), map(str, d["dtype"].values), map(str, d["hardware"].values)))
+
+    def __len__(self) -> int:
+        return self.data.sizes["group"]
+
+    def __repr__(self) -> str:
+        lines = [f"<ToleranceTable: {len(self)} groups, fp_budget={self.fp_budget:g}, "
+                 f"confidence={self.confidence:g}, form={self.meta['form']}, statistics={self.statistics}>"]
+        for i, (op, dt, hw) in enumerate(self.groups[:20]):
+            thr = ", ".join(f"{s}={self.data['threshold'].values[i, j]:.4g} ({self.data['method'].values[i, j]})"
+                            for j, s in enumerate(self.statistics))
+            lines.append(f"  {op} / {dt} / {hw}: n={int(self.data['n'].values[i])}: {thr}")
+        if len(self) > 20:
+            lines.append(f"  ... {len(self) - 20} more")
+        return "\n".join(lines)
+
+    # ---- lookup
+    def _find(self, op: str, dtype: str, hardware: str | None) -> tuple[int, str] | None:
+        keys = self.groups
+        idx = {k: i for i, k in enumerate(keys)}
+        for o, tag in ((op, ""), (ANY, "default op, ")):
+            if hardware is not None and (o, dtype, hardware) in idx:
+                return idx[(o, dtype, hardware)], tag + "exact"
+            if (o, dtype, ANY) in idx:
+                return idx[(o, dtype, ANY)], tag + "any hardware"
+            if hardware is None:
+                hws = [k for k in keys if k[0] == o and k[1] == dtype]
+                if len(hws) == 1:
+                    return idx[hws[0]], tag + "only hardware"
+                if len(hws) > 1:
+                    raise KeyError(
+                        f"(op={op!r}, dtype={dtype!r}) is calibrated on several hardware "
+                        f"{sorted(k[2] for k in hws)}; pass hardware=... (or calibrate with "
+                        "by=('op', 'dtype') for a '*' entry)"
+                    )
+        return None
+
+    def entry(self, op: str, dtype: Any, hardware: str | None = None, *,
+              hardware_policy: str | None = None) -> ToleranceEntry:
+        """The thresholds for (op, dtype, hardware), with the declared fallbacks.
+
+        Parameters
+        ----------
+        op, dtype : str
+            The group (any dtype spelling).
+        hardware : str, optional
+            Hardware label. With a ``hardware_policy`` and no ``hardware``, this
+            machine's label (:func:`tolstat.hardware_fingerprint`).
+        hardware_policy : {None, "exact", "pooled", "nearest", "error"}
+            What to do when ``hardware`` is not calibrated (:mod:`tolstat.calibration.hwpolicy`);
+            ``None`` keeps the fallbacks of the class docstring.
+
+        Raises
+        ------
+        KeyError
+            No group matches; the message lists the groups available (with a policy:
+            this machine's hardware and the table's).
+        """
+        dt = canonical_dtype(dtype)
+        if hardware_policy is not None:  # explicit hardware policy (tolstat.calibration.hwpolicy)
+            from tolstat.calibration import hwpolicy
+
+            hw = str(hardware) if hardware is not None else hwpolicy.machine_hardware()
+            mx = self.data["threshold"].values[:, 0]
+            hit = hwpolicy.resolve_group(self.groups, mx, str(op), dt, hw, hardware_policy)
+            hardware = hw
+        else:
+            hit = self._find(str(op), dt, None if hardware is None else str(hardware))
+        if hit is None:
+            avail = ", ".join(f"({o}, {d}, {h})" for o, d, h in self.groups)
+            raise KeyError(
+                f"no tolerance for op={op!r}, dtype={dt!r}, hardware={hardware!r} (fallbacks tried: exact "
+                f"hardware, hardware '*', op '*'); available groups: {avail}"
+            )
+        i, how = hit
+        d = self.data
+        stats: dict[str, StatEntry] = {}
+        for j, s in enumerate(self.statistics):
+            thr = float(d["threshold"].values[i, j])
+            if math.isnan(thr):
+                raise KeyError(f"group ({op}, {dt}, {d['hardware'].values[i]}) has no {s} threshold: "
+                               f"{d['reason'].values[i, j]}")
+            top = d["top_scores"].values[i, j]
+            cert = _certificate(d, i) or {}
+            stats[s] = StatEntry(
+                statistic=s, threshold=thr, estimate=float(d["estimate"].values[i, j]),
+                budget=float(d["budget"].values[i, j]), confidence=float(d["stat_confidence"].values[i, j]),
+                method=str(d["method"].values[i, j]), reason=str(d["reason"].values[i, j]),
+                # the calibration scores the threshold was certified on (units, not runs)
+                n=int(cert.get("n_scores") or d["n"].values[i]),
+                tail={k: float(d[f"tail_{k}"].values[i, j]) for k in TAIL_KEYS},
+                top=top[~np.isnan(top)],
+            )
+        sj = str(d["scale_json"].values[i])
+        return ToleranceEntry(
+            op=str(d["op"].values[i]), dtype=dt, hardware=str(d["hardware"].values[i]),
+            requested_hardware=hardware, fallback=how, n=int(d["n"].values[i]), statistics=stats,
+            scale=ScaleModel.from_dict(json.loads(sj)) if sj else None,
+            fp_budget=self.fp_budget, confidence=self.confidence, certificate=_certificate(d, i),
+        )
+
+
+    # ---- export
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON layout: ``{"tolstat_table": 1, ..., "groups": [...]}``."""
+        out = self.meta
+        out["groups"] = self._group_dicts()
+        return out
+
+    def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
+        """Write (and return) the table as stable, human-readable, versioned JSON.
+
+        Floats are written with ``repr`` (shortest exact round trip); ``inf``/``nan``
+        as the strings ``"inf"``/``"nan"``. Keys are sorted, so equal tables give equal
+        files.
+        """
+        from tolstat.calibration.review import table_json
+
+        text = table_json(self)
+        if path is not None:
+            atomic_write_text(path, text)
+        return text
+
+    def to_netcdf(self, path: str | os.PathLike[str]) -> Path:
+        """Write the table's dataset to netCDF-4 (h5netcdf), atomically."""
+        return atomic_write(path, lambda tmp: self.data.to_netcdf(tmp, engine="h5netcdf"))
+
+
+    def to_assert_close_kwargs(
+        self,
+        hardware: str | None = None,
+        covariates: Mapping[str, Any] | None = None,
+        *,
+        skip_unsupported: bool = True,
+        hardware_policy: str | None = None,
+    ) -> dict[tuple[str, str], dict[str, float]]:
+        """``{(op, dtype): {"atol": ..., "rtol": ...}}`` for ``torch.testing.assert_close``.
+
+        This is the form of PyTorch's ``toleranceOverride({dtype: tol(atol, rtol)})``.
+        Only the max-error statistic is translated (a bias statistic has no allclose
+        form; use :func:`tolstat.check` for it).
+
+        Parameters
+        ----------
+        hardware : str, optional
+            Which hardware's groups (with the usual fallbacks).
+        covariates : mapping, optional
+            Run covariates of a size-aware / normalised scale (e.g. ``{"K": 512}``;
+            ``ref_rms`` for a linear ``ref_rms`` term).
+        skip_unsupported : bool, default True
+            Leave out groups without an allclose form (``max_ulp``, baseline-relative,
+            missing covariates) instead of raising.
+        """
+        out: dict[tuple[str, str], dict[str, float]] = {}
+        for op, dt in dict.fromkeys((o, d) for o, d, _ in self.groups):
+            try:
+                atol, rtol = self.entry(op, dt, hardware, hardware_policy=hardware_policy).allclose(covariates)
+            except (ValueError, KeyError):
+                if skip_unsupported:
+                    continue
+                raise
+            out[(op, dt)] = {"atol": atol, "rtol": rtol}
+        return out
+
+
+def load_table(path: str | os.PathLike[str]) -> ToleranceTable:
+    """Read a table written by :meth:`ToleranceTable.to_json` or :meth:`~ToleranceTable.to_netcdf`.
+
+    Every value is validated (:func:`check_table_data`): a table that could switch a
+    check off (an infinite or negative threshold, a budget out of range, an unknown
+    statistic, ...) is refused.
+
+    Raises
+    ------
+    FileNotFoundError
+        No such file.
+    ValueError
+        A directory, an unknown extension, unreadable/truncated/corrupt content, not a
+        tolstat table, an unsupported schema version, or an invalid value; the message
+        names the file and the problem.
+    """
+    p = Path(path)
+    src = os.fspath(p)
+    if not p.exists():
+        raise FileNotFoundError(f"no tolerance table at {src!r}")
+    if p.is_dir():
+        raise ValueError(f"{src!r} is a directory, not a tolerance table file (.json or .nc)")
+    suffix = p.suffix.lower()
+    if suffix == ".json":
+        return _load_json(p, src)
+    if suffix not in (".nc", ".nc4", ".h5", ".netcdf"):
+        raise ValueError(f"{src!r}: a tolerance table ends in .json or .nc, got {p.suffix!r}")
+    try:
+        ds = xr.open_dataset(p, engine="h5netcdf").load()
+        ds.close()
+    except Exception as exc:  # h5py/h5netcdf raise OSError, ValueError, KeyError...
+        raise ValueError(f"cannot read {src!r} as a netCDF tolerance table (truncated or corrupt?): "
+                         f"{type(exc).__name__}: {exc}") from exc
+    for v in ("op", "dtype", "hardware", "statistic", "method", "reason", "scale_json"):
+        if v in ds.variables and ds[v].dtype.kind == "O":
+            ds[v] = ds[v].astype(str)
+    return ToleranceTable(ds, source=src)
+
+
+def _load_json(p: Path, src: str) -> ToleranceTable:
+    try:
+        d = json.loads(p.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{src!r} is not valid JSON (truncated?): {exc}") from exc
+    except RecursionError:
+        raise ValueError(f"{src!r} is nested too deeply to be a tolerance table") from None
+    if not isinstance(d, dict) or "tolstat_table" not in d:
+        raise ValueError(f"{src!r} is not a tolstat tolerance table (no 'tolstat_table' key)")
+    if d["tolstat_table"] != TABLE_SCHEMA:
+        raise ValueError(f"{src!r}: table schema {d['tolstat_table']!r} is not supported "
+                         f"(this tolstat reads {TABLE_SCHEMA})")
+    for k in ("groups", "fp_budget", "confidence", "statistics"):
+        if k not in d:
+            raise ValueError(f"{src!r}: missing key {k!r}")
+    if isinstance(d.get("volatile"), dict):  # reviewable layout (tolstat.calibration.review): keep it
+        prov = d.get("provenance", {})
+        d["provenance"] = {**(prov if isinstance(prov, dict) else {}), "volatile": d["volatile"]}
+    try:
+        return ToleranceTable.from_groups(d["groups"], d)
+    except ValueError as exc:
+        raise ValueError(f"{src!r}: {exc}") from exc

@@ -1,0 +1,442 @@
+"""Check kernel outputs against a tolerance table: :func:`check` and :func:`assert_close`.
+
+Last step of the data flow (errors -> select -> **check**). A check computes the same
+statistics the table was calibrated on (the max-error statistic, normalised by the
+table's scale model if it has one, and the bias statistic if calibrated), compares each
+with its threshold, and says how unlikely the observed error is for a correct kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from tolstat._base import validate as _validate
+from tolstat._base.util import group_rows
+from tolstat._base.dtypes import canonical_dtype
+from tolstat.dataset.schema import BUILTIN_COVARIATES
+from tolstat.measure.metrics import ErrorMetrics, as_array, error_metrics
+from tolstat.calibration.bounds import exceedance_probability
+from tolstat.models.statistics import get as get_statistic
+from tolstat.measure.metrics import metric_covariates
+from tolstat.models.statistics import op_score, pair_op_statistics
+from tolstat.measure.noise import noise_scale
+from tolstat.calibration.table import ToleranceEntry, ToleranceTable
+from tolstat.calibration.decision import entry_failed_runs, exceeds, pair_is_correctly_rounded, pair_value
+from tolstat.checks.fast import cached_entry, fast_check
+
+__all__ = ["CheckResult", "check", "check_runs", "check_metrics", "assert_close"]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Outcome of one check of a kernel output against its reference.
+
+    Attributes
+    ----------
+    passed : bool
+        Every statistic is at or below its threshold.
+    op, dtype, hardware : str
+        The table group used (``hardware`` may be ``"*"``); ``fallback`` says how it
+        was found.
+    statistics : dict
+        ``{name: value}`` of the check statistics.
+    thresholds : dict
+        ``{name: threshold}``.
+    ratios : dict
+        ``{name: value / threshold}`` (``inf`` for a positive value over a 0 threshold).
+    probabilities : dict
+        ``{name: estimated probability that a correct run reaches this value}``.
+    notes : dict
+        ``{name: how the probability was estimated}`` (empirical, GPD tail beyond the
+        data, ...).
+    failed : tuple of str
+        Statistics over their threshold.
+    worst_index : tuple of int
+        Index of the element with the largest (normalised) error.
+    worst_actual, worst_expected, worst_error, worst_allowed : float
+        Its values, ``|d|`` and the largest ``|d|`` the max threshold allows there.
+    n_elements, n_exceeding, n_nonfinite : int
+        Elements compared, over their elementwise allowance, with NaN/Inf outputs.
+    atol, rtol : float
+        Allclose-form equivalent of the max threshold (NaN where there is none).
+    fp_budget, confidence : float
+        The table's promise for this check.
+    methods : dict
+        ``{name: calibration method}``.
+    """
+
+    passed: bool
+    op: str
+    dtype: str
+    hardware: str
+    fallback: str
+    statistics: dict[str, float]
+    thresholds: dict[str, float]
+    ratios: dict[str, float]
+    probabilities: dict[str, float]
+    notes: dict[str, str]
+    failed: tuple[str, ...]
+    worst_index: tuple[int, ...]
+    worst_actual: float
+    worst_expected: float
+    worst_error: float
+    worst_allowed: float
+    n_elements: int
+    n_exceeding: int
+    n_nonfinite: int
+    atol: float
+    rtol: float
+    fp_budget: float
+    confidence: float
+    methods: dict[str, str] = field(default_factory=dict)
+    n_calibration: int = 0
+    guarantee: str = ""
+    #: every element is the reference rounded to nearest: the output passes every threshold
+    correctly_rounded: bool = False
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def message(self) -> str:
+        """Human-readable explanation (the :func:`assert_close` message)."""
+        return _message(self)
+
+
+def check(
+    actual: Any,
+    expected: Any,
+    *,
+    op: str,
+    dtype: Any,
+    table: ToleranceTable,
+    hardware: str | None = None,
+    covariates: Mapping[str, Any] | None = None,
+    allow_nan: bool = False,
+    hardware_policy: str | None = None,
+    magnitude: Any = None,
+) -> CheckResult:
+    """Check one kernel output against its float64 reference with a calibrated table.
+
+    Parameters
+    ----------
+    actual : array_like
+        Kernel output (numpy array, torch tensor, anything :func:`tolstat.measure.metrics.as_array`
+        takes).
+    expected : array_like
+        Reference, same shape (float64 preferred).
+    op, dtype : str
+        The table group; ``dtype`` is the target dtype (any spelling).
+    table : ToleranceTable
+        From :func:`tolstat.select` or :func:`tolstat.load_table`.
+    hardware : str, optional
+        Hardware label; falls back as :meth:`ToleranceTable.entry` documents.
+    covariates : mapping, optional
+        Run covariates the table's scale model needs (e.g. ``{"K": 512}``): finite
+        real numbers. ``ref_rms``, ``ref_max_abs`` and ``n_elements`` are computed from
+        ``expected`` and may not be given (``ValueError`` naming the key): a user value
+        could switch the check off.
+    allow_nan : bool, default False
+        Passed to :func:`tolstat.error_metrics`.
+    hardware_policy : {None, "exact", "pooled", "nearest", "error"}
+        Passed to :meth:`ToleranceTable.entry` (:mod:`tolstat.calibration.hwpolicy`).
+    magnitude : array_like or "ref", optional
+        The operator applied to the absolute inputs (``|A| @ |B|`` for a matrix
+        product; ``docs/noise.md``), same shape as ``expected``: needed by a group
+        calibrated with the operator form (``op_score``); ``"ref"`` when the table was
+        calibrated with ``magnitude="ref"``. Ignored by the other forms.
+
+    Returns
+    -------
+    CheckResult
+
+    Raises
+    ------
+    KeyError
+        No table group for (op, dtype, hardware).
+    ValueError
+        Shape mismatch, NaN reference, a covariate the scale model needs is missing,
+        a covariate that is NaN/inf or computed.
+    TypeError
+        Non-float arrays (integer, complex, string, structured), a covariate that is
+        not a real number (a list, a string).
+    """
+    if not isinstance(table, ToleranceTable):
+        raise TypeError(f"table must be a ToleranceTable, got {type(table).__name__}")
+    dt = canonical_dtype(dtype)
+    ent = cached_entry(table, op, dt, hardware, hardware_policy=hardware_policy)
+    a = as_array(actual, name="actual")
+    e = as_array(expected, name="expected")
+    covariates = _validate.covariates(covariates, computed=BUILTIN_COVARIATES)
+    fast = fast_check(a, e, ent, covariates)  # one fused pass where the entry allows it
+    # a fast pass is final; a fast failure is re-checked on the general path, which also
+    # lets elements equal to the correctly rounded reference pass (check_metrics)
+    if fast is not None and fast["passed"]:
+        return CheckResult(**fast)
+    m = error_metrics(a, e, dtype=dt, allow_nan=allow_nan)
+    return check_metrics(m, a, e, ent, covariates, magnitude=magnitude)
+
+
+def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceEntry,
+                  covariates: Mapping[str, Any] | None = None, *, magnitude: Any = None) -> CheckResult:
+    """Check already computed error metrics against one table entry.
+
+    The step of :func:`check` after the table lookup and :func:`tolstat.error_metrics`
+    (for callers that have both, e.g. :mod:`tolstat.assess.evaluation`). ``covariates`` are the
+    user's run covariates; the built-in ones (``ref_rms``, ...) are added from ``m``.
+    The values compared with the thresholds are the decision values of
+    :mod:`tolstat.calibration.decision`, the numbers the calibration certified: the registry's
+    statistics, and 0 for a correctly rounded output (every element the reference rounded
+    to nearest in the output format), which therefore passes every threshold.
+    """
+    ent = entry
+    if ent.operator:
+        return _check_operator(m, actual, expected, ent, covariates, magnitude)
+    cov = metric_covariates(m, _validate.covariates(covariates, computed=BUILTIN_COVARIATES))
+    name = ent.max_statistic
+    c = ent.statistics[name].threshold
+    max_stat = get_statistic(name)
+    elem = max_stat.elements(m, ent.scale, cov, ent.dtype)
+    allowed = max_stat.allowed(m, c, ent.scale, cov, ent.dtype)
+    worst = int(np.argmax(elem))
+    # the decision values (tolstat.calibration.decision): the statistics, 0 for a correctly rounded output
+    cr = pair_is_correctly_rounded(m)
+    values = {name: 0.0 if cr else float(elem[worst])}
+    for k in ent.statistics:
+        if k != name:
+            values[k] = pair_value(m, k, ent.scale, cov, ent.dtype)
+    thresholds = {k: ent.statistics[k].threshold for k in values}
+    ratios = {}
+    for k, v in values.items():
+        t = thresholds[k]
+        ratios[k] = v / t if t > 0 else (0.0 if v == 0 else math.inf)
+    failed = tuple(k for k, v in values.items() if exceeds(v, thresholds[k]))
+    probs, notes = {}, {}
+    for k, v in values.items():
+        probs[k], notes[k] = exceedance_probability(v, ent.statistics[k])
+    shape = m.shape
+    idx = tuple(int(i) for i in np.unravel_index(worst, shape)) if shape else ()
+    a64 = np.asarray(actual, dtype=np.float64).ravel()
+    e64 = np.asarray(expected, dtype=np.float64).ravel()
+    n_exc = 0 if cr else int(np.sum(elem > c))
+    try:
+        atol, rtol = ent.allclose(cov)
+    except (ValueError, KeyError):
+        atol, rtol = math.nan, math.nan
+    return CheckResult(
+        passed=not failed, op=ent.op, dtype=ent.dtype, hardware=ent.hardware, fallback=ent.fallback,
+        statistics=values, thresholds=thresholds, ratios=ratios, probabilities=probs, notes=notes,
+        failed=failed, worst_index=idx, worst_actual=float(a64[worst]), worst_expected=float(e64[worst]),
+        worst_error=float(m.abs[worst]),
+        worst_allowed=float(allowed[worst]) if allowed is not None else math.nan,
+        n_elements=m.n_elements, n_exceeding=n_exc, n_nonfinite=m.n_nonfinite, atol=atol, rtol=rtol,
+        fp_budget=ent.fp_budget, confidence=ent.confidence,
+        methods={k: ent.statistics[k].method for k in values}, n_calibration=ent.n,
+        guarantee=str((ent.certificate or {}).get("guarantee", "")), correctly_rounded=cr,
+    )
+
+
+def _op_inputs(ent: ToleranceEntry, covariates: Mapping[str, Any] | None, magnitude: Any) -> tuple[Any, float]:
+    """The magnitude and K an operator-form check needs, or a clear error."""
+    cert = ent.certificate or {}
+    where = f"table group ({ent.op}, {ent.dtype}, {ent.hardware})"
+    if magnitude is None and cert.get("needs_magnitude", True):
+        raise ValueError(f"{where} was calibrated with operator statistics (form 'operator'): pass magnitude= "
+                         "(the op applied to the absolute inputs, e.g. |A| @ |B|; or 'ref' when the table was "
+                         "calibrated with magnitude='ref')")
+    if isinstance(magnitude, str):
+        if magnitude != "ref":
+            raise ValueError(f"magnitude must be an array or 'ref', got {magnitude!r}")
+        magnitude = None
+    K = 1.0
+    if "K" in cert.get("covariates", []):
+        if not covariates or "K" not in covariates:
+            raise ValueError(f"{where} needs the covariate K (the reduction length): pass covariates={{'K': ...}}")
+        K = float(covariates["K"])
+    return magnitude, K
+
+
+def _check_operator(m: ErrorMetrics, actual: Any, expected: Any, ent: ToleranceEntry,
+                    covariates: Mapping[str, Any] | None, magnitude: Any) -> CheckResult:
+    """Check against an operator-form entry: the combined score and each statistic's share."""
+    cert = ent.certificate or {}
+    mag, K = _op_inputs(ent, covariates, magnitude)
+    stats = pair_op_statistics(actual, expected, m, dtype=ent.dtype, magnitude=mag, K=K,
+                               rowwise=bool(cert.get("rowwise", False)), op=ent.op)
+    q = dict(cert["normalisers"])
+    thr = ent.statistics["op_score"].threshold
+    s, which = op_score(stats, q, which=True)
+    s, which = float(s), str(which)
+    values = {"op_score": s, **{k: float(stats[k]) for k in q}}
+    thresholds = {"op_score": thr, **{k: thr * q[k] for k in q}}
+    ratios = {k: (v / thresholds[k] if thresholds[k] > 0 else (0.0 if v == 0 else math.inf))
+              for k, v in values.items()}
+    failed = tuple(k for k, v in values.items() if v > thresholds[k])
+    sc = noise_scale(np.asarray(expected, dtype=np.float64), dtype=ent.dtype, magnitude=mag, K=K)
+    sc = sc.ravel()
+    z = np.where(np.asarray(m.nonfinite).ravel(), np.inf, np.asarray(m.abs).ravel() / sc)
+    z = np.where(np.isnan(z), 0.0, z)
+    worst = int(np.argmax(z)) if z.size else 0
+    allowed = thr * q.get("op_max", math.inf) * sc
+    note = ("no probability quoted: the threshold is an order statistic of the combined score"
+            + (f"; {which} trips first" if which else ""))
+    shape = m.shape
+    return CheckResult(
+        passed=not bool(exceeds(s, thr)), op=ent.op, dtype=ent.dtype, hardware=ent.hardware, fallback=ent.fallback,
+        statistics=values, thresholds=thresholds, ratios=ratios,
+        probabilities={k: math.nan for k in values}, notes={k: note for k in values}, failed=failed,
+        worst_index=tuple(int(i) for i in np.unravel_index(worst, shape)) if shape else (),
+        worst_actual=float(np.asarray(actual, dtype=np.float64).ravel()[worst]) if z.size else math.nan,
+        worst_expected=float(np.asarray(expected, dtype=np.float64).ravel()[worst]) if z.size else math.nan,
+        worst_error=float(m.abs.ravel()[worst]) if z.size else 0.0,
+        worst_allowed=float(allowed[worst]) if z.size else math.nan,
+        n_elements=m.n_elements, n_exceeding=int(np.sum(m.abs.ravel() > allowed)), n_nonfinite=m.n_nonfinite,
+        atol=math.nan, rtol=math.nan, fp_budget=ent.fp_budget, confidence=ent.confidence,
+        methods={k: ent.statistics["op_score"].method for k in values}, n_calibration=ent.n,
+        guarantee=str(cert.get("guarantee", "")), correctly_rounded=pair_is_correctly_rounded(m),
+    )
+
+
+def _describe(name: str) -> str:
+    try:
+        return get_statistic(name).description
+    except ValueError:
+        return name
+
+
+def _fmt_p(p: float) -> str:
+    if p == 0:
+        return "0"
+    return f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
+
+
+def _message(r: CheckResult) -> str:
+    hw = r.hardware if r.fallback == "exact" else f"{r.hardware} ({r.fallback})"
+    head = "passed" if r.passed else "FAILED"
+    lines = [f"tolstat check {head}: op={r.op!r}, dtype={r.dtype!r}, hardware={hw}"]
+    for k, v in r.statistics.items():
+        mark = "FAIL" if k in r.failed else "ok"
+        lines.append(
+            f"  [{mark}] {k} = {v:.6g} vs threshold {r.thresholds[k]:.6g} ({r.ratios[k]:.3g}x the threshold; "
+            f"{_describe(k)}; calibrated by {r.methods.get(k, '?')} on {r.n_calibration} runs)"
+        )
+    if math.isfinite(r.atol):
+        lines.append(f"  allowed per element: |actual - expected| <= atol + rtol*|expected| with "
+                     f"atol={r.atol:.4g}, rtol={r.rtol:.4g}")
+    idx = ", ".join(map(str, r.worst_index))
+    allowed = "" if not math.isfinite(r.worst_allowed) else f", allowed {r.worst_allowed:.4g}"
+    lines.append(f"  worst element at index ({idx}): actual={r.worst_actual!r}, expected={r.worst_expected!r} "
+                 f"(|d|={r.worst_error:.4g}{allowed})")
+    if r.correctly_rounded:
+        lines.append("  the output is correctly rounded (every element is the reference rounded to nearest): "
+                     "it passes every threshold")
+    else:
+        lines.append(f"  {r.n_exceeding} of {r.n_elements} elements exceed their allowance"
+                     + (f"; {r.n_nonfinite} non-finite outputs" if r.n_nonfinite else ""))
+    noted = set()
+    for k in (r.failed or tuple(r.statistics)[:1]):
+        if math.isnan(r.probabilities[k]):
+            if r.notes[k] not in noted:
+                lines.append(f"  {r.notes[k]}")
+            noted.add(r.notes[k])
+            continue
+        lines.append(f"  probability that a correct kernel gives a {k} this large: ~{_fmt_p(r.probabilities[k])} "
+                     f"({r.notes[k]})")
+    if r.guarantee:
+        lines.append(f"  guarantee of this threshold: {r.guarantee}")
+    if "exact" in r.methods.values():
+        lines.append(f"  (this group is exact: the table does not promise its budget {r.fp_budget:g} here; see the "
+                     "guarantee above)")
+    elif "conformal" in r.methods.values():
+        lines.append(f"  (the table promises a marginal false-positive rate <= {r.fp_budget:g} per check, averaged "
+                     "over calibration sets: split conformal, no confidence level)")
+    else:
+        lines.append(f"  (the table promises a false-positive rate <= {r.fp_budget:g} per check at "
+                     f"{r.confidence:g} confidence)")
+    return "\n".join(lines)
+
+
+def assert_close(
+    actual: Any,
+    expected: Any,
+    *,
+    op: str,
+    dtype: Any,
+    table: ToleranceTable,
+    hardware: str | None = None,
+    covariates: Mapping[str, Any] | None = None,
+    allow_nan: bool = False,
+    msg: str | None = None,
+    hardware_policy: str | None = None,
+    magnitude: Any = None,
+) -> CheckResult:
+    """Like :func:`check`, but raise ``AssertionError`` with an explanation on failure.
+
+    The message names the op, dtype, statistic, threshold, the worst element's index
+    and its actual/expected values, and how unlikely that error is for a correct kernel.
+
+    Returns
+    -------
+    CheckResult
+        When the check passes.
+
+    Raises
+    ------
+    AssertionError
+        The check failed.
+    """
+    __tracebackhide__ = True  # pytest: show the caller's line and the message, not this frame
+    r = check(actual, expected, op=op, dtype=dtype, table=table, hardware=hardware, covariates=covariates,
+              allow_nan=allow_nan, hardware_policy=hardware_policy, magnitude=magnitude)
+    if not r.passed:
+        text = r.message()
+        raise AssertionError(f"{msg}\n{text}" if msg else text)
+    return r
+
+
+def check_runs(errors: Any, table: ToleranceTable, *, hardware_policy: str | None = None) -> np.ndarray:
+    """Pass/fail of every run of an error dataset, as :func:`check` decides it.
+
+    The vectorised form of :func:`check` for many recorded runs (held-out or CI records):
+    run ``i`` passes exactly when ``check(actual_i, expected_i, ...)`` of the pair it was
+    recorded from passes (the same decision values, :mod:`tolstat.calibration.decision`; tested run
+    by run). Each run's table group is looked up from its ``op``, ``dtype`` and
+    ``hardware`` labels as :meth:`ToleranceTable.entry` does.
+
+    Parameters
+    ----------
+    errors : xarray.Dataset
+        Error dataset (``tolstat.from_pairs``, ``tolstat.dataset.collection``, ``tolstat.open_errors``).
+        Operator-form groups need its operator statistics (collected with ``magnitude=``).
+    table : ToleranceTable
+    hardware_policy : {None, "exact", "pooled", "nearest", "error"}
+        As in :func:`check`.
+
+    Returns
+    -------
+    numpy.ndarray of bool
+        True where the run passes.
+
+    Raises
+    ------
+    KeyError
+        A run has no table group.
+    ValueError
+        A group was refused at calibration, or the dataset lacks what its decision needs.
+    """
+    from tolstat.dataset.schema import validate
+
+    if not isinstance(table, ToleranceTable):
+        raise TypeError(f"table must be a ToleranceTable, got {type(table).__name__}")
+    ds = validate(errors)
+    groups = group_rows([np.asarray(ds[k].values).astype(str) for k in ("op", "dtype", "hardware")])
+    passed = np.ones(ds.sizes["run"], dtype=bool)
+    for j, (op, dt, hw) in enumerate(groups.keys()):
+        idx = np.flatnonzero(groups.codes == j)
+        ent = cached_entry(table, str(op), str(dt), str(hw), hardware_policy=hardware_policy)
+        sub = ds.isel(run=idx) if idx.size != ds.sizes["run"] else ds
+        passed[idx] = ~entry_failed_runs(sub, ent)
+    return passed

@@ -1,0 +1,459 @@
+"""pytest plugin: calibrated kernel checks in test suites, and recording for recalibration.
+
+Installed with tolstat, it loads through its ``pytest11`` entry point; from a source
+tree that is not installed, name it with ``pytest -p tolstat.checks.pytest_plugin`` (also
+harmless when installed). Usage guide: ``docs/plugin.md``.
+
+Options (command line, or ``[tool.tolstat]`` in the rootdir's ``pyproject.toml``)
+---------------------------------------------------------------------------------
+``--tolstat-table PATH`` / ``table = "..."``
+    Tolerance table (``.json`` or ``.nc``); a relative ``pyproject.toml`` path is
+    relative to the rootdir. Loaded once at startup: a missing, unreadable or invalid
+    table (or a directory) is one usage error, not one error per test.
+``--tolstat-record PATH``
+    Record the errors that *passing* checks saw into an error dataset (``.nc`` or
+    ``.zarr``), written at the end of the session, for recalibration
+    (:func:`tolstat.merge_records`). Checked at startup (folder exists, suffix). Under
+    pytest-xdist every worker writes a part file and the controller merges all parts.
+    Without a table, checks only record (calibration mode) and always pass.
+``--tolstat-hardware LABEL``
+    Hardware label for lookups and records (default: :func:`tolstat.hardware_fingerprint`).
+``--tolstat-hardware-policy {exact,pooled,nearest,error}`` / ``hardware_policy = "..."``
+    What a check on a machine the table was not calibrated on does
+    (:mod:`tolstat.calibration.hwpolicy`; default ``"error"``). ``exact`` and ``error`` are also
+    checked against the table at startup.
+``suite_budget = 0.01`` (``[tool.tolstat]`` or ``--tolstat-suite-budget``)
+    False-positive budget of the whole suite, split over its checks by the union bound
+    (Bonferroni): each check gets ``suite_budget / N``; see :func:`suite_table`.
+    ``N`` is ``suite_checks = ...`` when given, else the number of collected tests that
+    use tolstat (the ``tolstat_check`` fixture or the ``tolstat`` marker), i.e. one
+    check per test. A session that makes more checks than ``N`` fails at the end,
+    because the promise no longer holds.
+
+Fixtures and marker
+-------------------
+``tolstat_table``
+    The session's table (after the suite-budget split, if any).
+``tolstat_check``
+    ``tolstat_check(actual, expected, *, op=None, dtype=None, covariates=None,
+    hardware=None)``: :func:`tolstat.assert_close` with the session table; returns the
+    :class:`~tolstat.checks.checking.CheckResult`. Session-scoped (safe in Hypothesis ``@given``
+    tests); ``op``/``dtype``/``covariates`` default to those of the test's
+    ``@pytest.mark.tolstat(op=..., dtype=..., covariates=...)`` marker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tomllib
+import uuid
+import zlib
+from pathlib import Path
+from typing import Any, Mapping
+
+import pytest
+
+__all__ = ["pytest_addoption", "pytest_configure", "TolstatSession", "suite_table"]
+
+_KEY = pytest.StashKey["TolstatSession"]()
+_MARKER = ("tolstat(op=None, dtype=None, covariates=None, hardware=None): the table group of the test's "
+           "tolstat_check calls")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add the ``--tolstat-*`` options."""
+    group = parser.getgroup("tolstat", "calibrated kernel tolerances (tolstat)")
+    group.addoption("--tolstat-table", action="store", default=None, metavar="PATH",
+                    help="tolerance table (.json or .nc) for the tolstat_check fixture "
+                         "(default: [tool.tolstat] table in pyproject.toml)")
+    group.addoption("--tolstat-record", action="store", default=None, metavar="PATH",
+                    help="record the errors of passing tolstat checks into an error dataset (.nc/.zarr)")
+    group.addoption("--tolstat-hardware", action="store", default=None, metavar="LABEL",
+                    help="hardware label for table lookups and records (default: detected)")
+    group.addoption("--tolstat-hardware-policy", action="store", default=None,
+                    choices=["exact", "pooled", "nearest", "error"],
+                    help="when this machine is not in the table (default: [tool.tolstat] "
+                         "hardware_policy, else 'error')")
+    group.addoption("--tolstat-suite-budget", action="store", default=None, type=float, metavar="A",
+                    help="false-positive budget of the whole suite, split over its checks "
+                         "(default: [tool.tolstat] suite_budget)")
+
+
+def _pyproject(rootpath: Path) -> dict[str, Any]:
+    pp = rootpath / "pyproject.toml"
+    if not pp.is_file():
+        return {}
+    with open(pp, "rb") as fh:
+        try:
+            data = tomllib.load(fh)
+        except tomllib.TOMLDecodeError as exc:
+            raise pytest.UsageError(f"tolstat: cannot parse {pp}: {exc}") from exc
+    cfg = data.get("tool", {}).get("tolstat", {})
+    known = {"table", "hardware_policy", "suite_budget", "suite_checks"}
+    bad = sorted(set(cfg) - known)
+    if bad:
+        raise pytest.UsageError(f"tolstat: unknown key(s) {bad} in [tool.tolstat] of {pp} (known: {sorted(known)})")
+    return dict(cfg)
+
+
+def _check_record_path(path: str) -> None:
+    p = Path(path)
+    if p.suffix.lower() not in (".nc", ".zarr"):
+        raise pytest.UsageError(f"tolstat: --tolstat-record {path!r} must end in .nc or .zarr")
+    if p.suffix.lower() == ".nc" and p.is_dir():
+        raise pytest.UsageError(f"tolstat: --tolstat-record {path!r} is a directory")
+    parent = p.resolve().parent
+    if not parent.is_dir():
+        raise pytest.UsageError(f"tolstat: --tolstat-record {path!r}: folder {str(parent)!r} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise pytest.UsageError(f"tolstat: --tolstat-record {path!r}: folder {str(parent)!r} is not writable")
+
+
+def suite_table(table: Any, suite_budget: float, n_checks: int) -> Any:
+    """The table with each threshold re-selected for a per-check budget ``suite_budget / n_checks``.
+
+    Union bound (Bonferroni): if every check of a correct run fails with probability at
+    most ``a = suite_budget / n_checks``, the probability that *any* of ``n_checks``
+    checks fails is at most ``n_checks * a = suite_budget``, whatever the dependence
+    between checks. Each group's confidence is kept; within a group the new budget is
+    split between statistics in the table's proportions.
+
+    Thresholds are the distribution-free order-statistic bound
+    (:func:`tolstat.calibrate` with ``method="order_statistic"``) at the new budget,
+    computed from the table's stored largest calibration scores: the runs below them are
+    replaced by the smallest stored score, which can only raise the bound (exact when
+    the bound's rank lies among the stored scores). A threshold never drops below the
+    table's own. Groups without enough runs for the order statistic at the new budget
+    keep a NaN threshold whose reason names the runs needed (looking them up raises).
+
+    Raises
+    ------
+    ValueError
+        Bad ``suite_budget`` or ``n_checks``, or a budget larger than the table's.
+    """
+    from tolstat.calibration.bounds import split_budget
+    from tolstat.calibration.selection import rebudget
+
+    a = split_budget(suite_budget, n_checks, method="bonferroni")
+    if a > table.fp_budget:
+        raise ValueError(f"suite_budget {suite_budget:g} over {n_checks} checks gives {a:.3g} per check, more than "
+                         f"the table's fp_budget {table.fp_budget:g}: calibrate the table at {a:.3g} or lower, or "
+                         "leave suite_budget unset")
+    out = rebudget(table, a, why=f"suite budget {suite_budget:g} over {n_checks} checks (Bonferroni)")
+    ds = out.data
+    prov = json.loads(ds.attrs.get("provenance", "{}"))
+    prov["suite_budget"] = {"suite_budget": suite_budget, "n_checks": n_checks, "per_check": a,
+                            "table_fp_budget": table.fp_budget}
+    ds.attrs["provenance"] = json.dumps(prov, sort_keys=True)
+    return out
+
+
+class TolstatSession:
+    """Per-session state: settings, the table, the hardware label and recorded runs."""
+
+    def __init__(self, config: pytest.Config):
+        from tolstat.calibration.hwpolicy import DEFAULT_POLICY, check_policy
+
+        self.config = config
+        root = Path(config.rootpath)
+        cfg = _pyproject(root)
+        opt = config.getoption("--tolstat-table")
+        t = cfg.get("table")
+        self.table_path = opt if opt is not None else (
+            None if t is None else str(Path(str(t)) if Path(str(t)).is_absolute() else root / str(t)))
+        self.record_path = config.getoption("--tolstat-record")
+        self.hardware_opt = config.getoption("--tolstat-hardware")
+        pol = config.getoption("--tolstat-hardware-policy") or cfg.get("hardware_policy", DEFAULT_POLICY)
+        try:
+            self.policy = check_policy(pol, name="[tool.tolstat] hardware_policy")
+        except ValueError as exc:
+            raise pytest.UsageError(f"tolstat: {exc}") from None
+        sb = config.getoption("--tolstat-suite-budget")
+        self.suite_budget = cfg.get("suite_budget") if sb is None else sb
+        self.suite_checks = cfg.get("suite_checks")
+        for name, v in (("suite_budget", self.suite_budget), ("suite_checks", self.suite_checks)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise pytest.UsageError(f"tolstat: [tool.tolstat] {name} must be a number, got {v!r}")
+        if self.suite_budget is not None and not 0 < self.suite_budget < 1:
+            raise pytest.UsageError(f"tolstat: suite_budget must lie strictly between 0 and 1, got {self.suite_budget!r}")
+        if self.suite_checks is not None and (int(self.suite_checks) != self.suite_checks or self.suite_checks < 1):
+            raise pytest.UsageError(f"tolstat: suite_checks must be a positive integer, got {self.suite_checks!r}")
+        if self.record_path:
+            _check_record_path(self.record_path)
+        self.worker = getattr(config, "workerinput", {}).get("workerid")
+        self.parts_dir = getattr(config, "workerinput", {}).get("tolstat_parts")
+        self.base_table: Any = None
+        self.table: Any = None
+        self.n_suite: int | None = None
+        self.n_checks = 0
+        self.item: Any = None
+        self._counts: dict[str, int] = {}
+        self._hw: tuple[str, str] | None = None
+        self.records: list[Any] = []
+        if self.table_path is not None:
+            self.base_table = self.table = self._load()
+
+    def _load(self) -> Any:
+        from tolstat.calibration.hwpolicy import hardware_mismatch
+        from tolstat.calibration.table import load_table
+
+        p = Path(self.table_path)
+        if p.is_dir():
+            raise pytest.UsageError(f"tolstat: the tolerance table {self.table_path!r} is a directory, not a "
+                                    ".json or .nc table")
+        try:
+            table = load_table(p)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise pytest.UsageError(f"tolstat: cannot load the tolerance table {self.table_path!r}: {exc}") from None
+        why = hardware_mismatch([g[2] for g in table.groups], self.hardware[0], self.policy)
+        if why:
+            raise pytest.UsageError(f"tolstat: {why} (table {self.table_path!r}); pass --tolstat-hardware-policy "
+                                    "or set [tool.tolstat] hardware_policy")
+        return table
+
+    @property
+    def hardware(self) -> tuple[str, str]:
+        """(hardware label, platform fingerprint)."""
+        if self._hw is None:
+            from tolstat.dataset.collection import hardware_fingerprint
+
+            hw, plat = hardware_fingerprint()
+            self._hw = (self.hardware_opt or hw, plat)
+        return self._hw
+
+    def apply_suite_budget(self, n_tests: int) -> None:
+        """Split ``suite_budget`` over the suite's checks (after collection)."""
+        if self.suite_budget is None or self.base_table is None:
+            return
+        self.n_suite = int(self.suite_checks) if self.suite_checks is not None else max(n_tests, 1)
+        try:
+            self.table = suite_table(self.base_table, float(self.suite_budget), self.n_suite)
+        except ValueError as exc:
+            raise pytest.UsageError(f"tolstat: {exc}") from None
+
+    def record(self, actual: Any, expected: Any, *, op: str, dtype: str, nodeid: str,
+               covariates: Mapping[str, Any] | None) -> None:
+        """Keep the error summary of a passing check (deterministic for a given test and call)."""
+        import numpy as np  # here, not at module level: pytest start-up stays light
+
+        from tolstat.dataset.schema import reference_fingerprint, summarize_run
+        from tolstat.measure.metrics import as_array, error_metrics
+
+        m = error_metrics(actual, expected, dtype=dtype)
+        hw, plat = self.hardware
+        k = self._counts.get(nodeid, 0)
+        self._counts[nodeid] = k + 1
+        rec = summarize_run(
+            m, op=op, hardware=hw, platform=plat, seed=-1, run_index=len(self.records), labels={"test": nodeid},
+            covariates={str(c): float(v) for c, v in (covariates or {}).items()},
+            rng=np.random.default_rng([zlib.crc32(nodeid.encode()), k]),
+        )
+        # the same test with the same inputs on another CI run is the same unit, not a new draw
+        rec.ref_fingerprint = reference_fingerprint(as_array(expected, name="expected"))
+        self.records.append(rec)
+
+    def _dataset(self) -> Any:
+        from tolstat.dataset.schema import build_dataset
+
+        names = sorted({k for r in self.records for k in r.covariates})
+        for r in self.records:  # every run needs the same covariates: NaN where a test gave none
+            for k in names:
+                r.covariates.setdefault(k, math.nan)
+        return build_dataset(self.records, provenance={"created_by": "tolstat.checks.pytest_plugin",
+                                                       "worker": self.worker or "main"})
+
+    def write_part(self) -> None:
+        """xdist worker: write this worker's records to the controller's parts folder."""
+        from tolstat.dataset.io import save
+
+        if self.records and self.parts_dir:
+            save(self._dataset(), Path(self.parts_dir) / f"{self.worker}.nc")
+
+    def write(self) -> tuple[Path, int] | None:
+        """Controller / single process: merge the parts and own records, write the record file."""
+        from tolstat.dataset.io import open_errors, save
+        from tolstat.dataset.merge import merge_records
+
+        dss = [self._dataset()] if self.records else []
+        parts = sorted(p for p in Path(self.parts_dir).glob("*.nc")  # not temporaries of killed workers
+                       if not p.name.startswith(".")) if self.parts_dir else []
+        opened = [open_errors(p).load() for p in parts]
+        dss += opened
+        out = None
+        if dss:
+            ds = merge_records(dss, dedupe=False) if len(dss) > 1 else dss[0]
+            out = save(ds, self.record_path), int(ds.sizes["run"])
+        for d in opened:
+            d.close()
+        for p in parts:
+            p.unlink()
+        if self.parts_dir:
+            try:
+                Path(self.parts_dir).rmdir()
+            except OSError:
+                pass
+        return out
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Read the settings, load and check the table and the record path (usage errors here)."""
+    config.addinivalue_line("markers", _MARKER)
+    st = TolstatSession(config)
+    config.stash[_KEY] = st
+    distributed = getattr(config.option, "dist", "no") != "no" or bool(getattr(config.option, "numprocesses", None))
+    if st.record_path and st.worker is None and distributed and config.pluginmanager.hasplugin("xdist"):
+        p = Path(st.record_path).resolve()
+        st.parts_dir = str(p.parent / f".{p.name}.parts-{uuid.uuid4().hex[:8]}")
+        os.makedirs(st.parts_dir)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist: tell each worker where to write its part of the records."""
+    st = node.config.stash.get(_KEY, None)
+    if st is not None and st.parts_dir:
+        node.workerinput["tolstat_parts"] = st.parts_dir
+
+
+def _uses_tolstat(item: pytest.Item) -> bool:
+    return "tolstat_check" in getattr(item, "fixturenames", ()) or item.get_closest_marker("tolstat") is not None
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Split the suite budget over the collected checks."""
+    st = config.stash.get(_KEY, None)
+    if st is not None:
+        st.apply_suite_budget(sum(_uses_tolstat(i) for i in items))
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        if st.n_suite is not None and tr is not None and st.worker is None:
+            tr.write_line(f"tolstat: suite budget {st.suite_budget:g} split over {st.n_suite} checks (Bonferroni): "
+                          f"{st.table.fp_budget:.4g} per check")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Remember the running test (for the session-scoped checker's marker and records)."""
+    st = item.config.stash.get(_KEY, None)
+    if st is not None:
+        st.item = item
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Write the records (per worker under xdist; merged by the controller) and check the suite budget."""
+    st = session.config.stash.get(_KEY, None)
+    if st is None:
+        return
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    if st.worker is not None:
+        if st.record_path:
+            st.write_part()
+        if hasattr(session.config, "workeroutput"):  # sent to the controller (pytest_testnodedown)
+            session.config.workeroutput["tolstat_checks"] = st.n_checks
+            session.config.workeroutput["tolstat_n_suite"] = st.n_suite
+        return
+    if st.record_path:
+        out = st.write()
+        if out is not None and tr is not None:
+            tr.write_line(f"tolstat: recorded {out[1]} passing check(s) to {out[0]}")
+    if st.n_suite is not None and st.n_checks > st.n_suite:
+        if tr is not None:
+            tr.write_line(f"tolstat: {st.n_checks} checks ran but the suite budget {st.suite_budget:g} was split "
+                          f"over {st.n_suite}: the suite-level promise does not hold; set [tool.tolstat] "
+                          f"suite_checks >= {st.n_checks}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist controller: add up the checks of a finished worker."""
+    st = node.config.stash.get(_KEY, None)
+    out = getattr(node, "workeroutput", {})
+    if st is not None and "tolstat_checks" in out:
+        st.n_checks += int(out["tolstat_checks"])
+        if out.get("tolstat_n_suite") is not None:
+            st.n_suite = int(out["tolstat_n_suite"])
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Name the table, its hardware, and whether this machine matches."""
+    st = config.stash.get(_KEY, None)
+    if st is None:
+        return []
+    hw = st.hardware[0]
+    if st.base_table is None:
+        out = ["tolstat: no table (" + ("record-only mode)" if st.record_path else "checks need --tolstat-table)")]
+    else:
+        hws = sorted({g[2] for g in st.base_table.groups})
+        match = ("this machine is calibrated" if hw in hws else
+                 "this machine is not calibrated; pooled '*' entries apply" if "*" in hws else
+                 "this machine is NOT calibrated")
+        out = [f"tolstat: table {st.table_path} ({len(st.base_table)} groups, hardware {', '.join(hws)})",
+               f"tolstat: this machine {hw!r}: {match}; hardware_policy={st.policy}"]
+        if st.suite_budget is not None:
+            out.append(f"tolstat: suite budget {st.suite_budget:g}, split over the checks after collection")
+    if st.record_path:
+        out.append(f"tolstat: recording passing checks to {st.record_path}")
+    return out
+
+
+@pytest.fixture(scope="session")
+def tolstat_table(pytestconfig: pytest.Config) -> Any:
+    """The session's tolerance table (``--tolstat-table`` or ``[tool.tolstat] table``)."""
+    st = pytestconfig.stash[_KEY]
+    if st.table is None:
+        pytest.fail("tolstat: no tolerance table configured: pass --tolstat-table PATH or set "
+                    "[tool.tolstat] table = \"...\" in pyproject.toml", pytrace=False)
+    return st.table
+
+
+@pytest.fixture(scope="session")
+def tolstat_check(pytestconfig: pytest.Config) -> Any:
+    """A function ``(actual, expected, *, op=None, dtype=None, covariates=None, hardware=None,
+    magnitude=None)`` that asserts closeness with the session table and records passing checks.
+
+    ``magnitude`` (the op on absolute inputs, or ``"ref"``) is needed by tables of the
+    operator form (:func:`tolstat.check`).
+
+    Session-scoped, so it works inside Hypothesis ``@given`` tests; ``op``, ``dtype``,
+    ``covariates`` and ``hardware`` default to the running test's
+    ``@pytest.mark.tolstat(...)`` marker.
+    """
+    st = pytestconfig.stash[_KEY]
+    if st.table is None and not st.record_path:
+        pytest.fail("tolstat: no tolerance table configured: pass --tolstat-table PATH, set "
+                    "[tool.tolstat] table in pyproject.toml, or --tolstat-record PATH to only record",
+                    pytrace=False)
+
+    def tolstat_check(actual: Any, expected: Any, *, op: str | None = None, dtype: Any = None,
+                      covariates: Mapping[str, Any] | None = None, hardware: str | None = None,
+                      magnitude: Any = None) -> Any:
+        __tracebackhide__ = True
+        from tolstat._base.dtypes import canonical_dtype
+        from tolstat.checks.checking import assert_close
+        from tolstat.measure.metrics import as_array
+
+        mark = st.item.get_closest_marker("tolstat") if st.item is not None else None
+        kw = dict(mark.kwargs) if mark is not None else {}
+        op = op if op is not None else kw.get("op")
+        dtype = dtype if dtype is not None else kw.get("dtype")
+        covariates = covariates if covariates is not None else kw.get("covariates")
+        hardware = hardware if hardware is not None else kw.get("hardware")
+        if op is None or dtype is None:
+            raise TypeError("tolstat_check needs op and dtype: pass them or mark the test "
+                                    "@pytest.mark.tolstat(op=..., dtype=...)")
+        dt = canonical_dtype(dtype)
+        a, e = as_array(actual, name="actual"), as_array(expected, name="expected")
+        res = None
+        st.n_checks += 1
+        if st.table is not None:
+            hw = hardware if hardware is not None else st.hardware[0]
+            res = assert_close(a, e, op=op, dtype=dt, table=st.table, hardware=hw, covariates=covariates,
+                               hardware_policy=st.policy, magnitude=magnitude)
+        if st.record_path:
+            nodeid = st.item.nodeid if st.item is not None else "(outside a test)"
+            st.record(a, e, op=op, dtype=dt, nodeid=nodeid, covariates=covariates)
+        return res
+
+    return tolstat_check

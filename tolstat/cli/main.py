@@ -1,0 +1,450 @@
+"""The ``tolstat`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable, NoReturn, Sequence
+
+import numpy as np
+import xarray as xr
+
+__all__ = ["main", "summary_table"]
+
+
+def summary_table(ds: xr.Dataset) -> str:
+    """One line per (op, dtype, hardware) group: runs and run-level error statistics."""
+    rows = [("op", "dtype", "hardware", "runs", "median max_abs", "max max_abs", "max max_ulp",
+             "max max_rel", "nonfinite")]
+    for (op, dt, hw), g in ds.groupby(["op", "dtype", "hardware"]):
+        rows.append((op, dt, hw[:28], str(g.sizes["run"]), f"{float(np.median(g.max_abs)):.3e}",
+                     f"{float(g.max_abs.max()):.3e}", f"{float(g.max_ulp.max()):.0f}",
+                     f"{float(g.max_rel.max()):.3e}", str(int(g.n_nonfinite.sum()))))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.rjust(w) if j >= 3 else c.ljust(w)
+                               for j, (c, w) in enumerate(zip(r, widths))) for r in rows)
+
+
+def _demo_dataset(runs: int, seed: int) -> xr.Dataset:
+    import ml_dtypes
+
+    from tolstat import Inputs, collect, concat
+
+    dts = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+    parts = []
+    for name, dt in dts.items():
+        def kernel(a, b, dt=dt):
+            # fp32 accumulation over 32-wide K tiles, store in the low-precision dtype
+            a = a.astype(dt).astype(np.float32)
+            b = b.astype(dt).astype(np.float32)
+            acc = np.zeros((a.shape[0], b.shape[1]), np.float32)
+            for k0 in range(0, a.shape[1], 32):
+                acc += a[:, k0:k0 + 32] @ b[k0:k0 + 32]
+            return acc.astype(dt)
+
+        def reference(a, b, dt=dt):
+            return a.astype(dt).astype(np.float64) @ b.astype(dt).astype(np.float64)
+
+        def make(rng):
+            k = int(rng.choice([16, 64, 256, 1024]))
+            scale = float(rng.choice([1.0, 10.0]))
+            return Inputs(args=(rng.standard_normal((64, k)) * scale, rng.standard_normal((k, 64))),
+                          labels={"dist": "normal"}, covariates={"K": k, "scale": scale})
+
+        parts.append(collect(kernel, reference, make, op="matmul", dtype=name, runs=runs, seed=seed))
+    return concat(parts)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from tolstat import save
+
+    ds = _demo_dataset(args.runs, args.seed)
+    print(summary_table(ds))
+    if args.output:
+        save(ds, args.output)
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _cmd_summary(args: argparse.Namespace) -> int:
+    from tolstat import open_errors
+
+    print(summary_table(open_errors(args.errors)))
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from tolstat.assess.evaluation import EvalConfig, evaluate, partial_table, per_bug_table, per_category_table, write_outputs
+
+    cfg = EvalConfig.preset("quick" if args.quick else "default", n_cal=args.n_cal,
+                            n_test=args.n_test, fp_budget=args.fp_budget,
+                            confidence=args.confidence, seed=args.seed,
+                            ops=args.ops.split(",") if args.ops else None, protocol=args.protocol)
+    print(f"tolstat evaluate: ops={cfg.ops or 'all'} dtypes={list(cfg.dtypes)} "
+          f"n_cal={cfg.n_cal} n_test={cfg.n_test} fp_budget={cfg.fp_budget:g} "
+          f"confidence={cfg.confidence:g}" + (" protocol=kernel" if cfg.protocol == "kernel" else ""), flush=True)
+    res = evaluate(cfg, progress=args.progress)
+    n_ctrl = int((res.checks.kind == "control").sum())
+    n_bug = int((res.checks.kind == "bug").sum())
+    print(f"\n{n_ctrl} control checks, {n_bug} buggy checks "
+          f"({int(res.checks.detectable[res.checks.kind == 'bug'].sum())} detectable), "
+          f"{res.calibration.sizes['run']} calibration runs, {res.seconds:.0f} s\n")
+    print(res.table())
+    if res.skipped:
+        print("\nnot compared (could not keep the budget with these calibration runs; see above): "
+              + ", ".join(res.skipped))
+    if res.partial:
+        print("\npartly calibrated: measured only on the checks of the groups that got a threshold "
+              "(not comparable with the table above)")
+        print(partial_table(res))
+    if args.per_bug:
+        print()
+        print(per_bug_table(res))
+        print("\ndetectable-bug recall per category")
+        print(per_category_table(res))
+    from tolstat.assess.hwshift import evaluate_hook  # a GPU dataset in tolstat/data/: print the shift report
+
+    shift_text = evaluate_hook(res.calibration, fp_budget=cfg.fp_budget, confidence=cfg.confidence)
+    if shift_text:
+        print("\n" + shift_text)
+    paths = write_outputs(res, args.output)
+    if not args.no_plots:
+        from tolstat.cli.plots import plot_evaluation
+
+        paths += plot_evaluation(res, args.output)
+    print("\nwrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def _cmd_collect(args: argparse.Namespace) -> int:
+    from tolstat.cli import user_kernel as _cli_collect
+    from tolstat import save
+    from tolstat.assess.evaluation import EvalConfig, calibration_dataset
+
+    if _cli_collect.wanted(args):
+        ds = _cli_collect.run(args)
+    else:
+        ops = args.ops.split(",") if args.ops else None
+        cfg = EvalConfig(ops=ops, dtypes=tuple(args.dtypes.split(",")), n_cal=args.cases,
+                         seed=args.seed, quick=args.quick)
+        ds = calibration_dataset(cfg, progress=args.progress)
+    save(ds, args.output)
+    print(summary_table(ds))
+    print(f"wrote {args.output} ({ds.sizes['run']} runs)")
+    return 0
+
+
+def _parse_covariates(items: Sequence[str] | None) -> dict[str, float]:
+    from tolstat._base.validate import covariates
+    from tolstat.dataset.schema import BUILTIN_COVARIATES
+
+    out: dict[str, Any] = {}
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--cov {item!r} must be NAME=VALUE")
+        try:
+            out[name.strip()] = float(value)
+        except ValueError:
+            raise ValueError(f"--cov {item!r}: {value!r} is not a number") from None
+    return covariates(out, computed=BUILTIN_COVARIATES, what="--cov")
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from tolstat import open_errors, select
+
+    ds = open_errors(args.errors)
+    stat: str | tuple[str, ...] = (args.statistic, "bias") if args.bias else args.statistic
+    by = ("op", "dtype") if args.pool_hardware else ("op", "dtype", "hardware")
+    table = select(ds, fp_budget=args.fp_budget, confidence=args.confidence, method=args.method,
+                   statistic=stat, form=None if args.form == "none" else args.form, by=by, cluster=args.cluster)
+    if args.output.lower().endswith(".json"):
+        table.to_json(args.output)
+    else:
+        table.to_netcdf(args.output)
+    print(table)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _load_array(path: str, dtype: str | None = None) -> np.ndarray:
+    from tolstat.cli.npy import load_array
+
+    return load_array(path, dtype)
+
+
+def _magnitude_arg(path: str | None) -> Any:
+    """``--magnitude``: a float64 .npy array, ``ref``, or None."""
+    if path is None or path == "ref":
+        return path
+    return _load_array(path, None).astype(np.float64)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from tolstat import check, load_table
+
+    table = load_table(args.table)
+    actual, expected = _load_array(args.actual, args.dtype), _load_array(args.expected, args.dtype)
+    res = check(actual, expected, op=args.op,
+                dtype=args.dtype, table=table, hardware=args.hardware,
+                covariates=_parse_covariates(args.cov), hardware_policy=args.hardware_policy,
+                magnitude=_magnitude_arg(args.magnitude))
+    print(res.message() if not res.passed else
+          f"PASS {args.op}/{res.dtype}: " + ", ".join(
+              f"{k}={v:.4g} <= {res.thresholds[k]:.4g} ({100 * res.ratios[k]:.1f}% of threshold)"
+              for k, v in res.statistics.items()))
+    return 0 if res.passed else 1
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from tolstat import merge_records, open_errors, save
+
+    ds = merge_records([open_errors(p) for p in args.inputs], dedupe=not args.keep_duplicates)
+    save(ds, args.output)
+    print(f"wrote {args.output} ({ds.sizes['run']} runs)")
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from tolstat import load_table
+    from tolstat.calibration.review import show_table
+
+    print(show_table(load_table(args.table), name=args.table))
+    return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from tolstat import load_table
+    from tolstat.calibration.review import diff_tables
+
+    print(diff_tables(load_table(args.old), load_table(args.new), names=(args.old, args.new),
+                      changed_only=args.changed_only))
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from tolstat.cli.report import write_report
+
+    path = write_report(args.results)
+    print(f"wrote {path}")
+    return 0
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors on ONE line (``tolstat CMD: error: ...``), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {_one_line(message)} (see '{self.prog} --help')\n")
+
+
+def _one_line(msg: Any) -> str:
+    return " ".join(str(msg).split())
+
+
+def _arg(check: Callable[[str, Any], Any], name: str, conv: Callable[[str], Any] = float) -> Callable[[str], Any]:
+    """An argparse ``type``: convert, then validate with a :mod:`tolstat._base.validate` checker."""
+    def parse(text: str) -> Any:
+        try:
+            value = conv(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {conv.__name__} value: {text!r}") from None
+        try:
+            return check(name, value)
+        except (TypeError, ValueError) as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = name
+    return parse
+
+
+def _suffix(name: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if not text.lower().endswith(allowed):
+            raise argparse.ArgumentTypeError(f"{text!r} must end in {' or '.join(allowed)}")
+        return text
+
+    parse.__name__ = name
+    return parse
+
+
+def _cmd_shift(args: argparse.Namespace) -> int:
+    from tolstat import open_errors, shift
+
+    res = shift(open_errors(args.a), open_errors(args.b), fp_budget=args.fp_budget,
+                confidence=args.confidence, form=None if args.form == "none" else args.form)
+    print(res.to_text())
+    if args.output:
+        res.to_json(args.output)
+        print(f"wrote {args.output}")
+    return 0
+
+
+def _one_line_error(parser: argparse.ArgumentParser) -> None:
+    def error(message: str) -> None:
+        parser.exit(2, f"{parser.prog}: error: {message}\n")
+
+    parser.error = error  # type: ignore[method-assign]
+
+
+def _count(flag: str) -> Callable[[str], Any]:
+    from tolstat._base import validate as _validate
+
+    return _arg(_validate.count, flag, int)
+
+
+def _budget() -> Callable[[str], Any]:
+    from tolstat._base import validate as _validate
+
+    return _arg(_validate.budget, "fp_budget")
+
+
+def _conf() -> Callable[[str], Any]:
+    from tolstat._base import validate as _validate
+
+    return _arg(_validate.unit_interval, "confidence")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``tolstat`` command."""
+    p = _Parser(prog="tolstat", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    _add_data_commands(sub)
+    _add_table_commands(sub)
+    _add_report_commands(sub)
+    return p
+
+
+def _add_data_commands(sub: Any) -> None:
+    """Subcommands that produce error data: ``demo``, ``evaluate``, ``collect``."""
+    d = sub.add_parser("demo", help="collect errors of a bundled numpy matmul kernel and summarise")
+    d.add_argument("--runs", type=_count("runs"), default=100)
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("-o", "--output", type=_suffix("path", (".nc", ".zarr")),
+                   help="save the error dataset (.nc or .zarr)")
+    d.set_defaults(func=_cmd_demo)
+    e = sub.add_parser("evaluate", help="the main job: recall and false positives of tolerance "
+                       "methods on the embedded kernel corpus, side by side")
+    e.add_argument("--quick", action="store_true", help="small shapes and fewer checks (about a minute)")
+    e.add_argument("--fp-budget", type=_budget(), default=None,
+                   help="false-positive budget per check, in [1e-9, 0.5] (default 0.01)")
+    e.add_argument("--confidence", type=_conf(), default=None, help="confidence of thresholds (default 0.95)")
+    e.add_argument("--n-cal", type=_count("n_cal"), default=None, help="calibration cases per (op, dtype)")
+    e.add_argument("--n-test", type=_count("n_test"), default=None, help="test cases per (op, dtype)")
+    e.add_argument("--ops", help="comma-separated ops (default: all)")
+    e.add_argument("--seed", type=int, default=None)
+    e.add_argument("-o", "--output", default="tolstat-results", help="output folder")
+    e.add_argument("--per-bug", action="store_true", help="also print recall per bug kind")
+    e.add_argument("--protocol", choices=("op", "kernel"), default=None,
+                   help="thresholds per (op, dtype) over all correct variants (op, default), or per "
+                   "kernel (op, dtype, variant), a buggy kernel checked against the variant it modifies")
+    e.add_argument("--no-plots", action="store_true")
+    e.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    e.set_defaults(func=_cmd_evaluate)
+    c = sub.add_parser("collect", help="collect an error dataset of your kernel (--kernel MODULE:FUNCTION "
+                       "...) or of the corpus's correct kernels")
+    c.add_argument("-o", "--output", required=True, type=_suffix("path", (".nc", ".zarr")), help=".nc or .zarr")
+    c.add_argument("--ops", help="comma-separated ops (default: all)")
+    c.add_argument("--dtypes", default="float16,bfloat16")
+    c.add_argument("--cases", type=_count("cases"), default=100, help="cases per (op, dtype)")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--quick", action="store_true")
+    c.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
+    from tolstat.cli.user_kernel import add_arguments as _user_kernel_arguments
+
+    _user_kernel_arguments(c)
+    c.set_defaults(func=_cmd_collect)
+
+
+def _add_table_commands(sub: Any) -> None:
+    """Subcommands around tolerance tables: ``calibrate``, ``check``, ``merge``, ``show``, ``diff``."""
+    k = sub.add_parser("calibrate", help="select thresholds under a false-positive budget -> TABLE.json")
+    k.add_argument("errors", help="error dataset (.nc or .zarr)")
+    k.add_argument("--fp-budget", type=_budget(), required=True,
+                   help="largest probability that a check of a correct run fails, in [1e-9, 0.5]")
+    k.add_argument("--confidence", type=_conf(), default=0.95)
+    k.add_argument("--method", default="auto", choices=["auto", "order_statistic", "conformal", "evt"])
+    k.add_argument("--statistic", default="max_abs", choices=["max_abs", "max_ulp", "max_rel"])
+    k.add_argument("--form", default="auto",
+                   choices=["auto", "operator", "none", "allclose", "size_aware", "normalised", "baseline"],
+                   help="auto (default): certified per group, the operator combined score when the dataset has "
+                        "operator statistics (docs/selection.md); none: one threshold on --statistic; the "
+                        "others: a noise-scale model")
+    k.add_argument("--cluster", default=None,
+                   help="run label whose runs form one unit (e.g. case: the same inputs through several variants)")
+    k.add_argument("--bias", action="store_true", help="add the bias statistic (budget split)")
+    k.add_argument("--pool-hardware", action="store_true", help="one entry per (op, dtype) over all hardware")
+    k.add_argument("-o", "--output", required=True, type=_suffix("path", (".json", ".nc")),
+                   help="TABLE.json (or TABLE.nc)")
+    k.set_defaults(func=_cmd_calibrate)
+    h = sub.add_parser("check", help="check a kernel output (.npy) against its reference with a table")
+    h.add_argument("actual", help=".npy (or single-array .npz) kernel output")
+    h.add_argument("expected", help=".npy float64 reference")
+    h.add_argument("--op", required=True)
+    h.add_argument("--dtype", required=True)
+    h.add_argument("--table", required=True)
+    h.add_argument("--hardware", default=None)
+    h.add_argument("--cov", action="append", metavar="NAME=VALUE", help="covariate, e.g. K=512")
+    h.add_argument("--magnitude", default=None, metavar="M.npy",
+                   help="the op on absolute inputs (e.g. |A| @ |B|), needed by operator-form tables; 'ref' for "
+                        "tables calibrated with magnitude='ref'")
+    h.add_argument("--hardware-policy", default="error", choices=["exact", "pooled", "nearest", "error"],
+                   help="when this machine (or --hardware) is not in the table (default: error; "
+                        "see docs/plugin.md)")
+    h.set_defaults(func=_cmd_check)
+    m = sub.add_parser("merge", help="merge calibration data and CI records (labels/covariates reconciled, "
+                       "repeated records dropped)")
+    m.add_argument("inputs", nargs="+", help="error datasets (.nc or .zarr), preferred first")
+    m.add_argument("-o", "--output", required=True, type=_suffix("path", (".nc", ".zarr")), help=".nc or .zarr")
+    m.add_argument("--keep-duplicates", action="store_true", help="keep repeated identical records")
+    m.set_defaults(func=_cmd_merge)
+    w = sub.add_parser("show", help="list a tolerance table per group (thresholds also as atol/rtol)")
+    w.add_argument("table", help="TABLE.json or .nc")
+    w.set_defaults(func=_cmd_show)
+    f = sub.add_parser("diff", help="per-group changes between two tolerance tables (for review)")
+    f.add_argument("old")
+    f.add_argument("new")
+    f.add_argument("--changed-only", action="store_true", help="leave out unchanged groups")
+    f.set_defaults(func=_cmd_diff)
+
+
+def _add_report_commands(sub: Any) -> None:
+    """Subcommands that report: ``report``, ``shift``, ``summary``, ``compare``."""
+    r = sub.add_parser("report", help="write a Markdown report (tables and plots) of an evaluation")
+    r.add_argument("results", help="folder written by 'tolstat evaluate'")
+    r.set_defaults(func=_cmd_report)
+    t = sub.add_parser("shift", help="does a table calibrated on errors A hold on errors B (another "
+                       "hardware)? score comparison and realised false-positive rate")
+    t.add_argument("a", help="error dataset the table is calibrated on (.nc or .zarr)")
+    t.add_argument("b", help="error dataset of the other hardware")
+    t.add_argument("--fp-budget", type=_budget(), default=0.01,
+                   help="false-positive budget per check, in [1e-9, 0.5] (default 0.01)")
+    t.add_argument("--confidence", type=_conf(), default=0.95)
+    t.add_argument("--form", default="allclose",
+                   help="noise-scale model of the score: allclose (default), size_aware, normalised, baseline "
+                        "or none (plain max_abs)")
+    t.add_argument("-o", "--output", help="write the report as JSON")
+    t.set_defaults(func=_cmd_shift)
+    _one_line_error(t)
+    s = sub.add_parser("summary", help="summarise an error dataset per (op, dtype, hardware)")
+    s.add_argument("errors")
+    s.set_defaults(func=_cmd_summary)
+    from tolstat.cli.compare import add_cli as _add_compare  # tolstat compare
+
+    _add_compare(sub)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tolstat`` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyError as exc:  # str(KeyError) quotes its message
+        msg = exc.args[0] if exc.args else exc
+    except (ValueError, TypeError, OSError, RuntimeError) as exc:
+        msg = exc if str(exc) else type(exc).__name__
+    print(f"tolstat {args.command}: error: {_one_line(msg)}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,12 @@
+"""The error dataset: one row per correct run of a kernel.
+
+Its schema and validation (:mod:`~tolstat.dataset.schema`, including the independent
+units :func:`~tolstat.dataset.schema.run_units`), collection from kernels or pairs
+(:mod:`~tolstat.dataset.collection`), the resumable streaming store
+(:mod:`~tolstat.dataset.stream`), file IO (:mod:`~tolstat.dataset.io`) and merging of
+records (:mod:`~tolstat.dataset.merge`).
+"""
+
+from tolstat._base.lazy import namespace as _namespace
+
+__getattr__, __dir__ = _namespace(__name__, ("schema", "runs", "collection", "stream", "io", "merge"))

@@ -1,0 +1,643 @@
+"""Operator-aware rounding-noise model and whole-output statistics of one run.
+
+A kernel output differs from its float64 reference by rounding noise whose size depends on
+the operator, not only on the output value. Following the probabilistic rounding-error
+analysis of Higham & Mary ("A New Approach to Probabilistic Rounding Error Analysis"), the
+error of an inner product of length ``K`` computed in precision ``u_acc`` is of order
+``sqrt(K) * u_acc * |x|^T |y|``: the covariate is the operator applied to the *absolute*
+inputs (``|A| |B|`` for a matrix product), not the absolute output, because cancellation
+makes ``|ref|`` arbitrarily small while the noise stays. Storing the result in the output
+format adds at most half an ULP, ``u_out * |ref|``.
+
+This module turns that into one per-element **noise scale**
+
+.. math::
+
+    s_i = c_{out} u_{out} |ref_i| + c_{acc} u_{acc} \\sqrt{K} m_i
+          + c_{mid} u_{out} m_i / \\sqrt{K} + u_{out} \\, tiny_{out}
+
+and reduces the **normalised error** ``z_i = d_i / s_i`` (``d = actual - expected`` in
+float64) of one run to a handful of statistics (:func:`run_statistics`): the maximum, the
+RMS, the mean, a normalised signed mean, the fraction beyond ``k``, per-row versions for
+row-wise operators and operator invariants (:func:`register_invariant`). The statistics
+are in units of expected rounding noise, so they are comparable across operators and
+dtypes; no constant is fitted here (a global factor is absorbed by whatever threshold is
+calibrated on them).
+
+Half-ULP property
+-----------------
+With ``c_out >= 1``, a *correctly rounded* output (the reference rounded once to the
+output format, round to nearest) has ``|z_i| <= 1`` for every element whose reference
+lies within the format's finite range. Proof: let ``p`` be the precision of the format
+(``u_out = 2**-p``) and ``tiny`` its smallest positive normal.
+
+* If ``2**e <= |ref_i| < 2**(e+1)`` with ``2**e >= tiny``, the format's numbers around
+  ``ref_i`` are spaced ``2**(e-p+1) = 2 u_out 2**e`` apart on ``[2**e, 2**(e+1)]``, so
+  rounding to nearest moves ``ref_i`` by at most ``u_out 2**e <= u_out |ref_i|``. (A value
+  just below ``2**e`` that rounds up to ``2**e`` is covered by the binade below, whose
+  bound ``u_out 2**(e-1)`` is smaller still; a value above the largest finite number
+  that rounds down to it is covered by the top binade.)
+* If ``|ref_i| < tiny`` (subnormal range, gradual underflow), the spacing is the smallest
+  subnormal ``2 u_out tiny``, so the move is at most ``u_out tiny``, the floor term.
+
+In both cases ``|d_i| <= u_out max(|ref_i|, tiny) <= s_i`` since every other term of
+``s_i`` is nonnegative. In floating point the bound survives: ``u_out |ref_i|`` and
+``u_out tiny`` are exact (power-of-two scaling), adding nonnegative terms can only
+round up to a value ``>=`` the larger term, the subtraction ``actual - ref`` and the
+division are monotone roundings, so the computed ``|d_i| / s_i`` is ``<= 1``.
+References outside the finite range (which round to infinity) and non-finite outputs
+make the statistics ``+inf``.
+
+Examples
+--------
+>>> import numpy as np
+>>> from tolstat.measure.noise import run_statistics
+>>> ref = np.linspace(-3, 3, 101)
+>>> out = ref.astype(np.float16)            # correctly rounded
+>>> st = run_statistics(out, ref, dtype="float16")
+>>> st["op_max"] <= 1.0
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from tolstat._base.dtypes import canonical_dtype, target_dtype
+
+__all__ = [
+    "FRAC_K",
+    "STATISTICS",
+    "invariants",
+    "noise_scale",
+    "record_statistic_names",
+    "record_statistics",
+    "register_invariant",
+    "run_statistics",
+    "score_statistic_names",
+    "statistic_names",
+    "unit_roundoff",
+]
+
+_PRECISION = {  # significand bits including the implicit one
+    "float16": 11,
+    "bfloat16": 8,
+    "float32": 24,
+    "float64": 53,
+    "float8_e4m3fn": 4,
+    "float8_e5m2": 3,
+}
+
+#: default ``k`` of ``op_frac`` (fraction of elements with ``|z_i| > k``)
+FRAC_K = 1.0
+
+#: per-run statistics produced by :func:`run_statistics`: name -> description
+STATISTICS: dict[str, str] = {
+    "op_max": "max |z_i|, z_i = d_i / s_i (operator noise model)",
+    "op_rms": "sqrt(mean z_i^2)",
+    "op_mean": "mean |z_i|",
+    "op_bias": "|mean x_i| * sqrt(n), x_i = (actual_i - RN(ref_i)) / s_i: normalised signed mean of the "
+               "error beyond the correctly rounded reference",
+    "op_sbias": "|mean sign(ref_i) x_i| * sqrt(n): normalised mean toward or away from zero (x as op_bias)",
+    "op_frac": "fraction of elements with |z_i| > k (k = FRAC_K unless given)",
+    "op_row_rms_max": "largest RMS of z over a row (row-wise ops; NaN otherwise)",
+    "op_row_rms_mean": "mean over rows of the row RMS of z (row-wise ops; NaN otherwise)",
+    "op_row_bias_max": "largest |sum_j (actual_j - RN(ref_j))| / sqrt(sum_j s_j^2) over rows (row-wise ops)",
+}
+
+
+def unit_roundoff(dtype: Any) -> float:
+    """Unit roundoff ``u = 2**-p`` of a floating-point format (half its machine epsilon).
+
+    Parameters
+    ----------
+    dtype : str or dtype
+        Any spelling :func:`tolstat.canonical_dtype` accepts.
+
+    Returns
+    -------
+    float
+        ``2**-11`` (float16), ``2**-8`` (bfloat16), ``2**-24`` (float32), ``2**-53``
+        (float64), ``2**-4`` (float8_e4m3fn), ``2**-3`` (float8_e5m2).
+
+    Examples
+    --------
+    >>> unit_roundoff("fp16") == 2.0 ** -11
+    True
+    """
+    return 2.0 ** -_PRECISION[canonical_dtype(dtype)]
+
+
+def _f64(x: Any, name: str) -> np.ndarray:
+    from tolstat.measure.metrics import as_array
+
+    a = as_array(x, name=name)
+    if a.dtype.kind in "bOSUM":
+        raise TypeError(f"{name} must be a floating-point array, got dtype {a.dtype}")
+    return np.asarray(a, dtype=np.float64)
+
+
+def _check_pos(name: str, v: float) -> float:
+    if not (isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v) and v >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+    return float(v)
+
+
+def noise_scale(
+    expected: Any,
+    *,
+    dtype: Any,
+    magnitude: Any = None,
+    K: float = 1.0,
+    acc_dtype: Any = "float32",
+    c_out: float = 1.0,
+    c_acc: float = 1.0,
+    c_mid: float = 0.0,
+) -> np.ndarray:
+    """Per-element noise scale ``s_i`` of the operator model (module docstring).
+
+    Parameters
+    ----------
+    expected : array_like
+        The float64 reference.
+    dtype : str or dtype
+        Output format of the kernel (``u_out`` and ``tiny_out``).
+    magnitude : array_like, optional
+        ``m_i``: the operator applied to the absolute inputs, broadcastable to
+        ``expected``. Default ``|expected|`` (no cancellation information).
+    K : float, default 1
+        Reduction length (1 for pointwise ops).
+    acc_dtype : str or dtype, default "float32"
+        Accumulation format (``u_acc``).
+    c_out, c_acc : float, default 1
+        Weights of the two terms. The half-ULP property needs ``c_out >= 1``.
+    c_mid : float, default 0
+        Weight of an optional third term ``c_mid * u_out * m_i / sqrt(K)``: one rounding
+        to the *output* format of an intermediate value of the size of a typical
+        partial sum (kernels that store partial results in the output format: split-K
+        with atomic adds, attention probabilities cast to the output format for the
+        second product, scans that store block totals).
+
+    Returns
+    -------
+    numpy.ndarray
+        float64 array of ``expected``'s shape, every entry ``> 0`` where finite.
+    """
+    ref = _f64(expected, "expected")
+    td = target_dtype(dtype)
+    u_out = unit_roundoff(td.name)
+    u_acc = unit_roundoff(acc_dtype)
+    K = _check_pos("K", K)
+    c_out = _check_pos("c_out", c_out)
+    c_acc = _check_pos("c_acc", c_acc)
+    c_mid = _check_pos("c_mid", c_mid)
+    aref = np.abs(ref)
+    if magnitude is None:
+        m = aref
+    else:
+        m = np.abs(_f64(magnitude, "magnitude"))
+        try:
+            m = np.broadcast_to(m, ref.shape)
+        except ValueError as exc:
+            raise ValueError(
+                f"magnitude of shape {m.shape} does not broadcast to expected's shape {ref.shape}"
+            ) from exc
+    with np.errstate(invalid="ignore", over="ignore"):
+        s = (c_out * u_out) * aref
+        s += (c_acc * u_acc * math.sqrt(K)) * m
+        if c_mid:
+            s += (c_mid * u_out / math.sqrt(max(K, 1.0))) * m
+        s += u_out * td.tiny
+    return s
+
+
+# ----------------------------------------------------------------------- invariants
+InvariantFn = Callable[[np.ndarray, np.ndarray, np.ndarray], float]
+_INVARIANTS: dict[str, dict[str, InvariantFn]] = {}
+
+
+def register_invariant(op: str, name: str, fn: InvariantFn, *, replace: bool = False) -> None:
+    """Register an operator invariant, computed by :func:`run_statistics` for ``op``.
+
+    Parameters
+    ----------
+    op : str
+        Operator name (as passed to ``run_statistics(op=...)``).
+    name : str
+        Statistic name; stored as ``inv_<name>``. Letters, digits and ``_`` only.
+    fn : callable
+        ``fn(actual, expected, scale) -> float``: float64 arrays of the same shape, rows
+        along the last axis, ``scale`` the noise scale ``s_i``. It returns a nonnegative
+        statistic in units of rounding noise (0 when the invariant holds exactly; large
+        when it is violated). A non-finite output that differs from its reference never
+        reaches it (the statistics are ``inf`` then); a matched non-finite pair (equal
+        infinities, or NaN in both) does, and is exact (``inf - inf`` is NaN there; it is
+        called with invalid-operation warnings silenced).
+    replace : bool, default False
+        Allow replacing an invariant of the same name.
+
+    Raises
+    ------
+    ValueError
+        Bad name, or the name is taken and ``replace`` is False.
+    TypeError
+        ``fn`` is not callable.
+    """
+    if not isinstance(op, str) or not op:
+        raise ValueError(f"op must be a non-empty string, got {op!r}")
+    if not isinstance(name, str) or not name.replace("_", "").isalnum():
+        raise ValueError(f"invariant name must be letters, digits and '_', got {name!r}")
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    table = _INVARIANTS.setdefault(op, {})
+    if name in table and not replace:
+        raise ValueError(f"invariant {name!r} of op {op!r} is already registered (replace=True)")
+    table[name] = fn
+
+
+def invariants(op: str | None) -> dict[str, InvariantFn]:
+    """The invariants registered for an op (name -> function; empty if none)."""
+    return dict(_INVARIANTS.get(op or "", {}))
+
+
+def _rows(x: np.ndarray) -> np.ndarray:
+    return x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
+
+
+def _proj_stat(d: np.ndarray, s: np.ndarray, w: np.ndarray | None = None) -> float:
+    """max over rows |sum_j w_j d_j| / sqrt(sum_j w_j^2 s_j^2): a matched filter
+    (``w = None``: all ones). Entries where ``d`` is not finite (a matched non-finite pair,
+    ``inf - inf`` or ``nan - nan``: exact) do not contribute."""
+    d, s = _rows(d), _rows(s)
+    w = None if w is None else _rows(w)
+    ok = np.isfinite(d)
+    if not ok.all():
+        d, s = np.where(ok, d, 0.0), np.where(ok, s, 0.0)
+        w = None if w is None else np.where(ok, w, 0.0)
+    if w is None:
+        num = np.abs(d.sum(-1))
+        den = np.sqrt(np.einsum("ij,ij->i", s, s))
+    else:
+        num = np.abs(np.einsum("ij,ij->i", w, d))
+        ws = w * s
+        den = np.sqrt(np.einsum("ij,ij->i", ws, ws))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = np.where(num == 0, 0.0, num / den)
+    return float(t.max()) if t.size else 0.0
+
+
+def _inv_softmax_row_sum(a, e, s):
+    """Rows of a softmax sum to 1: |sum_j a_j - sum_j e_j| in units of sqrt(sum s_j^2)."""
+    return _proj_stat(a - e, s)
+
+
+def _inv_masked_zero(a, e, s):
+    """Masked (exactly zero probability) positions stay exactly zero: count of violations."""
+    return float(np.count_nonzero((e == 0) & (a != 0)))
+
+
+def _inv_log_softmax_lse(a, e, s):
+    """exp of a log-softmax row sums to 1: sum_j p_j d_j in units of sqrt(sum p_j^2 s_j^2)."""
+    return _proj_stat(a - e, s, np.exp(e))
+
+
+def _inv_row_mean(a, e, s):
+    """A normalised row keeps the reference row's mean (mean 0 before the affine step)."""
+    return _proj_stat(a - e, s)
+
+
+def _inv_row_scale_centred(a, e, s):
+    """A normalised row keeps the reference row's spread: projection of d on ref - mean."""
+    r = _rows(e)
+    return _proj_stat(a - e, s, r - r.mean(-1, keepdims=True))
+
+
+def _inv_row_scale(a, e, s):
+    """An RMS-normalised row keeps the reference row's scale: projection of d on ref."""
+    return _proj_stat(a - e, s, e)
+
+
+register_invariant("softmax", "row_sum", _inv_softmax_row_sum)
+register_invariant("softmax", "masked_zero", _inv_masked_zero)
+register_invariant("log_softmax", "row_lse", _inv_log_softmax_lse)
+register_invariant("layer_norm", "row_mean", _inv_row_mean)
+register_invariant("layer_norm", "row_scale", _inv_row_scale_centred)
+register_invariant("rms_norm", "row_scale", _inv_row_scale)
+
+
+def statistic_names(op: str | None = None) -> list[str]:
+    """Names of the statistics :func:`run_statistics` returns for ``op``."""
+    return list(STATISTICS) + [f"inv_{k}" for k in invariants(op)]
+
+
+# ----------------------------------------------------------------------- statistics
+def run_statistics(
+    actual: Any,
+    expected: Any,
+    *,
+    dtype: Any,
+    magnitude: Any = None,
+    K: float = 1.0,
+    acc_dtype: Any = "float32",
+    row_axis: int = -1,
+    rowwise: bool = False,
+    op: str | None = None,
+    frac_k: float = FRAC_K,
+    c_out: float = 1.0,
+    c_acc: float = 1.0,
+    c_mid: float = 0.0,
+) -> dict[str, float]:
+    """Whole-output statistics of the normalised error of one run.
+
+    ``z_i = d_i / s_i`` with ``d = actual - expected`` (float64) and ``s`` from
+    :func:`noise_scale`. The same function is meant for building the error dataset and
+    for checking a run, so a threshold calibrated on these values applies to a check.
+
+    Parameters
+    ----------
+    actual, expected : array_like
+        Kernel output (any float dtype, torch tensors accepted) and float64 reference of
+        the same shape.
+    dtype : str or dtype
+        Output format.
+    magnitude, K, acc_dtype, c_out, c_acc, c_mid
+        See :func:`noise_scale`.
+    row_axis : int, default -1
+        Axis along which a row runs (row-wise ops).
+    rowwise : bool, default False
+        Compute the per-row statistics (``op_row_*``); NaN otherwise.
+    op : str, optional
+        Operator name: its registered invariants (:func:`register_invariant`) are added
+        as ``inv_<name>``.
+    frac_k : float, default ``FRAC_K``
+        Threshold of ``op_frac``.
+
+    Returns
+    -------
+    dict of str to float
+        The statistics of ``STATISTICS`` (and ``inv_*``): ``+inf`` everywhere when an
+        output element is non-finite where its reference is finite (or differs from a
+        non-finite reference), NaN for a statistic that does not apply (row statistics
+        of a non-row-wise op). Empty outputs give 0.
+
+    Raises
+    ------
+    ValueError
+        Shapes differ, a bad ``row_axis`` or a negative parameter.
+    """
+    a = _f64(actual, "actual")
+    e = _f64(expected, "expected")
+    if a.shape != e.shape:
+        raise ValueError(f"actual has shape {a.shape} but expected has shape {e.shape}")
+    frac_k = _check_pos("frac_k", frac_k)
+    if rowwise and a.ndim and (not isinstance(row_axis, (int, np.integer))
+                               or not -a.ndim <= row_axis < a.ndim):
+        raise ValueError(f"row_axis {row_axis!r} is not an axis of a {a.ndim}-d output")
+    s = noise_scale(e, dtype=dtype, magnitude=magnitude, K=K, acc_dtype=acc_dtype,
+                    c_out=c_out, c_acc=c_acc, c_mid=c_mid)
+    names = statistic_names(op)
+    inv = invariants(op)
+    out: dict[str, float] = {}
+    with np.errstate(invalid="ignore", over="ignore"):
+        d = a - e
+    finite = np.isfinite(d) & np.isfinite(s)
+    if not finite.all():
+        # non-finite: matched non-finite references are exact, anything else fails
+        same = (a == e) | (np.isnan(a) & np.isnan(e))
+        bad = ~finite & ~same
+        if bad.any():
+            return {k: math.inf for k in names}
+        d = np.where(finite, d, 0.0)
+        s = np.where(finite, s, 1.0)
+    n = d.size
+    if n == 0:
+        return {k: (0.0 if not k.startswith("op_row") or rowwise else math.nan) for k in names}
+    z = d / s
+    az = np.abs(z)
+    z2 = z * z
+    out["op_max"] = float(az.max())
+    out["op_rms"] = float(math.sqrt(z2.mean()))
+    out["op_mean"] = float(az.mean())
+    db = excess_error(a, e, dtype, finite)
+    zb = db / s
+    out["op_bias"] = float(abs(zb.mean()) * math.sqrt(n))
+    sg = np.sign(np.where(finite, e, 0.0))  # a matched non-finite pair counts as exact (z = 0)
+    out["op_sbias"] = float(abs((sg * zb).mean()) * math.sqrt(n))
+    out["op_frac"] = float(np.count_nonzero(az > frac_k) / n)
+    if rowwise and a.ndim:
+        zr = np.moveaxis(z2, row_axis, -1)
+        row_ms = _rows(zr).mean(-1)
+        out["op_row_rms_max"] = float(math.sqrt(row_ms.max()))
+        out["op_row_rms_mean"] = float(np.sqrt(row_ms).mean())
+        out["op_row_bias_max"] = _proj_stat(np.moveaxis(db, row_axis, -1),
+                                            np.moveaxis(s, row_axis, -1))
+    else:
+        out["op_row_rms_max"] = out["op_row_rms_mean"] = out["op_row_bias_max"] = math.nan
+    if inv:
+        out.update(_invariant_values(a, e, s, finite, row_axis, inv, op))
+    return out
+
+
+def excess_error(actual: np.ndarray, expected: np.ndarray, dtype: Any, finite: np.ndarray | None = None) -> np.ndarray:
+    """``actual - RN(expected)``: the error beyond the correctly rounded reference.
+
+    ``RN`` rounds the float64 reference to the output format (round to nearest even), so a
+    correctly rounded output has excess 0 everywhere. The bias statistics use it: the
+    rounding errors of a correctly rounded output are not mean-zero on structured inputs
+    (values on a grid, one sign), and their signed mean grows like ``sqrt(n)`` without
+    being a bug. A reference beyond the format's range is kept as it is; the excess is 0
+    where ``finite`` (default: both arrays finite) is False.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        db = actual - rounded_reference(expected, dtype)
+    ok = np.isfinite(db) if finite is None else finite & np.isfinite(db)
+    return np.where(ok, db, 0.0)
+
+
+def rounded_reference(expected: np.ndarray, dtype: Any) -> np.ndarray:
+    """The float64 reference rounded to the output format (to nearest even), as float64;
+    the reference itself where the rounded value is not finite (beyond the range)."""
+    td = target_dtype(dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = expected.astype(td.np_dtype).astype(np.float64)
+    return np.where(np.isfinite(r), r, expected)
+
+
+def _invariant_values(a: np.ndarray, e: np.ndarray, s: np.ndarray, finite: np.ndarray, row_axis: int,
+                      inv: dict[str, InvariantFn], op: str | None) -> dict[str, float]:
+    """``inv_<name>`` of each invariant (``s`` already 1 where ``finite`` is False)."""
+    out: dict[str, float] = {}
+    am, em, sm = (np.moveaxis(x, row_axis, -1) if x.ndim else x for x in (a, e, s))
+    if not finite.all():
+        am = np.where(np.moveaxis(finite, row_axis, -1) if finite.ndim else finite, am, em)
+    for k, fn in inv.items():
+        with np.errstate(invalid="ignore"):  # inf - inf of a matched non-finite pair
+            v = float(fn(am, em, sm))
+        if not (v >= 0):  # NaN or negative
+            raise ValueError(f"invariant {k!r} of op {op!r} returned {v!r}; it must be >= 0")
+        out[f"inv_{k}"] = v
+    return out
+
+
+#: suffix of the statistics computed with the intermediate-store term (``c_mid = 1``)
+MID_SUFFIX = "_mid"
+#: statistics (before the ``_mid`` copies and the ``inv_*``) that enter the recommended
+#: combined score ``S = max_j T_j / q_j`` (measured in ``benchmarks/opstat_recall.py``)
+SCORE_CORE = ("op_max", "op_rms", "op_row_rms_max", "op_bias", "op_sbias", "op_row_bias_max")
+
+
+def record_statistics(
+    actual: Any,
+    expected: Any,
+    *,
+    dtype: Any,
+    magnitude: Any = None,
+    K: float = 1.0,
+    acc_dtype: Any = "float32",
+    row_axis: int = -1,
+    rowwise: bool = False,
+    op: str | None = None,
+) -> dict[str, float]:
+    """The per-run statistics an error dataset stores and a check recomputes.
+
+    :func:`run_statistics` under two noise shapes: the plain operator model
+    (``c_mid = 0``, names as in ``STATISTICS``) and the model with the
+    intermediate-store term (``c_mid = 1``, the same names with ``MID_SUFFIX``). Kernels
+    that store partial results in the output format (split-K atomics, attention
+    probabilities cast for the second product, scans storing block totals) are in the
+    second shape's units; kernels that do not are sharper in the first. On the embedded
+    corpus the combined score over both shapes caught more bugs than either alone at the
+    same false-positive rate (``docs/noise.md``).
+
+    Parameters
+    ----------
+    actual, expected, dtype, magnitude, K, acc_dtype, row_axis, rowwise, op
+        As in :func:`run_statistics`.
+
+    Returns
+    -------
+    dict of str to float
+        ``record_statistic_names(op)`` -> value.
+    """
+    kw: dict[str, Any] = {"dtype": dtype, "magnitude": magnitude, "K": K,
+                          "acc_dtype": acc_dtype, "row_axis": row_axis, "rowwise": rowwise,
+                          "op": op}
+    fast = _record_fused(actual, expected, **kw)
+    if fast is not None:
+        return fast
+    out = run_statistics(actual, expected, **kw)
+    mid = run_statistics(actual, expected, c_mid=1.0, **kw)
+    out.update({k + MID_SUFFIX: v for k, v in mid.items()})
+    return out
+
+
+def _record_fused(actual: Any, expected: Any, *, dtype: Any, magnitude: Any, K: float, acc_dtype: Any,
+                  row_axis: int, rowwise: bool, op: str | None) -> dict[str, float] | None:
+    """:func:`record_statistics` with both noise shapes in one numba pass
+    (:func:`tolstat.measure.fused.op_statistics`); None where :func:`run_statistics` must run
+    (bad arguments, whose errors it raises, or an empty output). Equal to it up to the
+    rounding of the sums (sequential here, pairwise in numpy); maxima and counts exact."""
+    from tolstat.measure.fused import op_statistics
+
+    try:
+        a = _f64(actual, "actual")
+        e = _f64(expected, "expected")
+        if a.shape != e.shape or a.size == 0:
+            return None
+        td = target_dtype(dtype)
+        u_out, u_acc = unit_roundoff(td.name), unit_roundoff(acc_dtype)
+        k = _check_pos("K", K)
+        m = None
+        if magnitude is not None:
+            m = np.broadcast_to(np.abs(_f64(magnitude, "magnitude")), e.shape)
+        rows = bool(rowwise and a.ndim)
+        if rows and (not isinstance(row_axis, (int, np.integer)) or not -a.ndim <= row_axis < a.ndim):
+            return None
+    except (ValueError, TypeError):
+        return None
+    rn = rounded_reference(e, td.name)
+    moved = [np.moveaxis(x, row_axis, -1) if rows else x for x in (a, e, rn, m) if x is not None]
+    st, bad = op_statistics(moved[0], moved[1], moved[3] if m is not None else None, rounded=moved[2],
+                            A=1.0 * u_out, B=1.0 * u_acc * math.sqrt(k),
+                            C=1.0 * u_out / math.sqrt(max(k, 1.0)), D=u_out * td.tiny, frac_k=FRAC_K,
+                            rowlen=a.shape[row_axis] if rows else None)
+    names = statistic_names(op)
+    inv = invariants(op)
+    n = a.size
+    out: dict[str, float] = {}
+    for j, suffix in ((0, ""), (1, MID_SUFFIX)):
+        if bad[j]:
+            out.update({nm + suffix: math.inf for nm in names})
+            continue
+        mx, s2, sa, sz, cnt, rms_max, rms_sum, bias_max, ssz = (float(v) for v in st[j])
+        vals = {"op_max": mx, "op_rms": math.sqrt(s2 / n), "op_mean": sa / n,
+                "op_bias": abs(sz / n) * math.sqrt(n), "op_sbias": abs(ssz / n) * math.sqrt(n),
+                "op_frac": cnt / n}
+        if rows:
+            vals.update(op_row_rms_max=math.sqrt(rms_max), op_row_rms_mean=rms_sum / (n // a.shape[row_axis]),
+                        op_row_bias_max=bias_max)
+        else:
+            vals.update(op_row_rms_max=math.nan, op_row_rms_mean=math.nan, op_row_bias_max=math.nan)
+        if inv:
+            s = noise_scale(e, dtype=dtype, magnitude=magnitude, K=K, acc_dtype=acc_dtype, c_mid=float(j))
+            with np.errstate(invalid="ignore", over="ignore"):
+                finite = np.isfinite(a - e) & np.isfinite(s)
+            if not finite.all():
+                s = np.where(finite, s, 1.0)
+            vals.update(_invariant_values(a, e, s, finite, row_axis, inv, op))
+        out.update({nm + suffix: vals[nm] for nm in names})
+    return out
+
+
+def record_statistic_names(op: str | None = None) -> list[str]:
+    """Names of the statistics :func:`record_statistics` returns for ``op``."""
+    base = statistic_names(op)
+    return base + [k + MID_SUFFIX for k in base]
+
+
+def score_statistic_names(op: str | None = None) -> list[str]:
+    """The recommended members of the combined score for ``op`` (both noise shapes).
+
+    ``SCORE_CORE`` plus the op's invariants, each under both noise shapes. Statistics
+    that are NaN for a run (row statistics of a non-row-wise op) should be skipped.
+    """
+    base = list(SCORE_CORE) + [f"inv_{k}" for k in invariants(op)]
+    return base + [k + MID_SUFFIX for k in base]
+
+
+# ----------------------------------------------------------------------- combined score
+def combined_score(stats: Any, normalisers: Any, *, which: bool = False) -> Any:
+    """Combined score ``S = max_j T_j / q_j`` (the one definition; :func:`tolstat.calibration.engine.score`).
+
+    NaN statistics are skipped (``S`` is NaN when none applies), an infinite one gives
+    ``+inf``; with ``which=True`` also the name of the statistic attaining the maximum.
+    """
+    if not isinstance(stats, Mapping):
+        raise TypeError(f"stats must be a mapping statistic name -> values, got {type(stats).__name__}")
+    if not normalisers:
+        raise ValueError("normalisers is empty")
+    missing = [k for k in normalisers if k not in stats]
+    if missing:
+        raise ValueError(f"stats lacks the normalised statistics {missing}")
+    keys = list(normalisers)
+    q = np.array([float(normalisers[k]) for k in keys])
+    if not np.all(np.isfinite(q) & (q > 0)):
+        raise ValueError(f"normalisers must be finite and > 0, got {dict(normalisers)}")
+    cols = np.broadcast_arrays(*[np.asarray(stats[k], dtype=np.float64) for k in keys])
+    shape = cols[0].shape
+    m = np.stack([c.ravel() for c in cols], axis=1) / q
+    allnan = np.isnan(m).all(axis=1)
+    filled = np.where(np.isnan(m), -np.inf, m)
+    idx = np.argmax(filled, axis=1)
+    s = filled[np.arange(m.shape[0]), idx]
+    s[allnan] = np.nan
+    s = s.reshape(shape)
+    if which:
+        nm = np.asarray(keys, dtype=object)[idx]
+        nm[allnan] = ""
+        return s, nm.reshape(shape)
+    return s
