@@ -120,7 +120,7 @@ def generate(path: str, runs: int, sample: int, chunk: int, seed: int) -> dict:
     ds = xr.Dataset(data, coords=coords, attrs=dict(tpl.attrs))
     ds.attrs["labels"] = ""
     ds.attrs["covariates"] = "ref_max_abs,ref_rms,n_elements"
-    tolstat.validate(ds, deep=False)
+    tolstat.dataset.validate(ds, deep=False)
     with dask.config.set(scheduler="threads"):
         tolstat.save(ds, path, encoding={k: {"chunks": (chunk, sample)} for k in
                                          ("sample_abs", "sample_ref", "sample_signed", "sample_ulp")})

@@ -147,7 +147,7 @@ def settings_snapshot(torch: Any) -> dict[str, Any]:
 
 def device_info(torch: Any, device: str) -> dict[str, Any]:
     """Hardware and software provenance: GPU name, capability, driver, CUDA/cuDNN/torch/triton."""
-    from tolstat.dataset.collection import hardware_fingerprint
+    from tolstat.dataset.runs import hardware_fingerprint
 
     info: dict[str, Any] = {"device": device, "torch": torch.__version__, "python": platform.python_version(),
                             "numpy": np.__version__}

@@ -27,49 +27,38 @@ from tolstat._version import __version__
 #: xarray, scipy and statsmodels stay unloaded until a name is first used, PEP 562); the
 #: first access of a name imports its module once and caches the name here.
 _LAZY: dict[str, str] = {
-    "SUPPORTED_DTYPES": "_base.dtypes", "canonical_dtype": "_base.dtypes",
-    "Hardware": "dataset.runs",
-    "Inputs": "dataset.collection", "collect": "dataset.collection", "from_pairs": "dataset.collection", "hardware_fingerprint": "dataset.collection",
-    "concat": "dataset.schema", "indexed": "dataset.schema", "validate": "dataset.schema",
+    "SUPPORTED_DTYPES": "_base.dtypes", "error_metrics": "measure.metrics",
+    "Inputs": "dataset.runs", "collect": "dataset.collection", "from_pairs": "dataset.collection",
+    "collect_to_store": "dataset.stream", "open_store": "dataset.stream",
+    "open_errors": "dataset.io", "save": "dataset.io", "concat": "dataset.schema",
     "fit": "models.estimators",
-    "open_errors": "dataset.io", "save": "dataset.io",
-    "merge_records": "dataset.merge",
-    "ErrorMetrics": "measure.metrics", "error_metrics": "measure.metrics", "ulp_distance": "measure.metrics",
-    "RunScores": "models.statistics", "Statistic": "models.statistics",
-    "ScaleModel": "models.scale", "ScaleOptions": "models.scale",
-    "Calibration": "calibration.bounds", "Exceedance": "calibration.bounds", "NotEnoughData": "calibration.bounds", "TailOptions": "calibration.bounds",
-    "split_budget": "calibration.bounds",
-    "StatEntry": "calibration.table", "ToleranceEntry": "calibration.table", "ToleranceTable": "calibration.table", "load_table": "calibration.table",
-    "calibrate": "calibration.selection", "select": "calibration.selection",
-    "CheckResult": "checks.checking", "assert_close": "checks.checking", "check": "checks.checking", "check_runs": "checks.checking",
-    "StoreProgress": "dataset.stream", "collect_to_store": "dataset.stream", "open_store": "dataset.stream",
-    "group_topk": "models.estimators.tail",
-    "ShiftResult": "assess.hwshift", "shift": "assess.hwshift",
+    "select": "calibration.selection", "certify": "calibration.engine", "NotEnoughData": "_base.util",
+    "ToleranceTable": "calibration.table", "load_table": "calibration.table",
+    "CheckResult": "checks.checking", "assert_close": "checks.checking", "check": "checks.checking",
+    "check_runs": "checks.checking",
     "CompareResult": "assess.comparison", "compare": "assess.comparison",
+    "ShiftResult": "assess.hwshift", "shift": "assess.hwshift",
 }
 #: the packages of the flow, exposed as attributes (``tolstat.dataset``, ...) and imported on first access
 _SUBMODULES = ("measure", "dataset", "models", "calibration", "checks", "assess", "corpus")
 
 if TYPE_CHECKING:  # static analysers see the eager imports
     from tolstat import assess, calibration, checks, corpus, dataset, measure, models
-    from tolstat._base.dtypes import SUPPORTED_DTYPES, canonical_dtype
+    from tolstat._base.dtypes import SUPPORTED_DTYPES
     from tolstat.assess.comparison import CompareResult, compare
     from tolstat.assess.hwshift import ShiftResult, shift
-    from tolstat.calibration.bounds import Calibration, Exceedance, NotEnoughData, TailOptions, split_budget
-    from tolstat.calibration.selection import calibrate, select
-    from tolstat.calibration.table import StatEntry, ToleranceEntry, ToleranceTable, load_table
+    from tolstat._base.util import NotEnoughData
+    from tolstat.calibration.engine import certify
+    from tolstat.calibration.selection import select
+    from tolstat.calibration.table import ToleranceTable, load_table
     from tolstat.checks.checking import CheckResult, assert_close, check, check_runs
-    from tolstat.dataset.collection import Inputs, collect, from_pairs, hardware_fingerprint
+    from tolstat.dataset.collection import collect, from_pairs
+    from tolstat.dataset.runs import Inputs
     from tolstat.dataset.io import open_errors, save
-    from tolstat.dataset.merge import merge_records
-    from tolstat.dataset.runs import Hardware
-    from tolstat.dataset.schema import concat, indexed, validate
-    from tolstat.dataset.stream import StoreProgress, collect_to_store, open_store
-    from tolstat.measure.metrics import ErrorMetrics, error_metrics, ulp_distance
+    from tolstat.dataset.schema import concat
+    from tolstat.dataset.stream import collect_to_store, open_store
+    from tolstat.measure.metrics import error_metrics
     from tolstat.models.estimators import fit
-    from tolstat.models.estimators.tail import group_topk
-    from tolstat.models.scale import ScaleModel, ScaleOptions
-    from tolstat.models.statistics import RunScores, Statistic
 
 
 def __getattr__(name: str) -> Any:
@@ -90,50 +79,17 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
 
 
+#: the front door: what a test author (collect, select, check) and an estimator researcher
+#: (fit, certify, compare, shift) call; everything else is reachable from its package
 __all__ = [
     "__version__",
-    "SUPPORTED_DTYPES",
-    "canonical_dtype",
-    "ErrorMetrics",
-    "error_metrics",
-    "ulp_distance",
-    "Inputs",
-    "collect",
-    "from_pairs",
-    "hardware_fingerprint",
-    "Hardware",
-    "validate",
-    "concat",
-    "merge_records",
-    "indexed",
-    "save",
-    "open_errors",
-    "collect_to_store",
-    "open_store",
-    "StoreProgress",
-    "group_topk",
-    "fit",
-    "Statistic",
-    "RunScores",
-    "ScaleModel",
-    "ScaleOptions",
-    "TailOptions",
-    "NotEnoughData",
-    "select",
-    "calibrate",
-    "Calibration",
-    "Exceedance",
-    "split_budget",
-    "ToleranceTable",
-    "ToleranceEntry",
-    "StatEntry",
-    "load_table",
-    "check",
-    "check_runs",
-    "assert_close",
-    "CheckResult",
-    "shift",
-    "ShiftResult",
-    "compare",
-    "CompareResult",
+    # collect correct runs into an error dataset
+    "from_pairs", "collect", "Inputs", "collect_to_store", "open_store", "save", "open_errors", "concat",
+    "error_metrics", "SUPPORTED_DTYPES",
+    # calibrate a tolerance table
+    "select", "certify", "fit", "NotEnoughData", "ToleranceTable", "load_table",
+    # check outputs against it
+    "check", "check_runs", "assert_close", "CheckResult",
+    # assess tolerance rules
+    "compare", "CompareResult", "shift", "ShiftResult",
 ]

@@ -11,7 +11,9 @@ states:
 * :func:`holm` — Holm's step-down adjusted p-values (``statsmodels``
   ``multipletests(method="holm")``: a well-kept implementation beats a hand-written one);
 * :func:`budget_verdict` — whether an interval of a false-positive rate shows a budget
-  held, broken, or is consistent with it.
+  held, broken, or is consistent with it;
+* :func:`split_budget` — the per-check budget of a suite of checks (Bonferroni, or Šidák
+  where the caller states independence).
 
 Layer: foundation (numpy, scipy and statsmodels only).
 """
@@ -23,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["clopper_pearson", "clopper_pearson_upper", "holm", "budget_verdict"]
+from tolstat._base.validate import unit_interval
+
+__all__ = ["clopper_pearson", "clopper_pearson_upper", "holm", "budget_verdict", "split_budget"]
 
 
 def clopper_pearson(k: Any, n: Any, level: float) -> tuple[Any, Any]:
@@ -77,3 +81,45 @@ def budget_verdict(lo: float, hi: float, budget: float) -> str:
     if lo > budget:
         return "broken"
     return "consistent"
+
+
+def split_budget(suite_budget: float, n_checks: int, *, method: str = "bonferroni",
+                 independent: bool = False) -> float:
+    """Per-check false-positive budget so that a suite of ``n_checks`` keeps ``suite_budget``.
+
+    Parameters
+    ----------
+    suite_budget : float
+        Acceptable probability that *any* of the checks of a correct suite fails.
+    n_checks : int
+        Number of checks in the suite.
+    method : {"bonferroni", "sidak"}
+        ``"bonferroni"`` (default): ``a / N``, the union bound, valid under any
+        dependence. ``"sidak"``: ``1 - (1 - a)**(1/N)``, *not* a union bound: exact for
+        independent checks, so it is allowed only with ``independent=True``.
+    independent : bool, default False
+        The caller states that the checks are independent (required by ``"sidak"``).
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> split_budget(0.01, 100, method="bonferroni")
+    0.0001
+    >>> round(split_budget(0.01, 100, method="sidak", independent=True), 8)
+    0.0001005
+    """
+    a = unit_interval("suite_budget", suite_budget)
+    if int(n_checks) != n_checks or n_checks < 1:
+        raise ValueError(f"n_checks must be a positive integer, got {n_checks!r}")
+    n = int(n_checks)
+    if method == "bonferroni":
+        return a / n
+    if method == "sidak":
+        if not independent:
+            raise ValueError("method='sidak' is not a union bound: it holds only for independent checks; pass "
+                             "independent=True to state that, or use method='bonferroni'")
+        return -math.expm1(math.log1p(-a) / n)
+    raise ValueError(f"method must be 'bonferroni' or 'sidak', got {method!r}")

@@ -25,10 +25,11 @@ def namespace(package: str, modules: tuple[str, ...]) -> tuple[Callable[[str], A
     modules : tuple of str
         Its public modules, in order of precedence: a name is taken from the first module
         whose ``__all__`` lists it (the defining module comes before one re-exporting it).
+        The package's ``__all__`` is these modules, then their names.
     """
 
     def names() -> list[str]:
-        out: list[str] = []
+        out: list[str] = [m for m in modules if not m.startswith("_")]
         for m in modules:
             for n in getattr(importlib.import_module(f"{package}.{m}"), "__all__", ()):
                 if n not in out:

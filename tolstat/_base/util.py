@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["unit_interval", "atomic_write", "atomic_write_text", "clean_stale", "remove_tree", "Groups",
+__all__ = ["atomic_write", "atomic_write_text", "clean_stale", "remove_tree", "Groups",
            "group_rows", "ANY", "GROUP_DIMS", "NotEnoughData", "percent"]
 
 #: the grouping of an error dataset and of a tolerance table
@@ -28,7 +28,6 @@ ANY = "*"
 
 
 # --------------------------------------------------------------------------- validation
-from tolstat._base.validate import unit_interval  # noqa: E402,F401  (one home for validation: _validate)
 
 
 # --------------------------------------------------------------------------- atomic writes
@@ -279,7 +278,7 @@ def group_rows(labels: Sequence[Any], n: int | None = None) -> Groups:
 class NotEnoughData(ValueError):
     """Too few independent calibration units (runs, or declared clusters) to keep a promise.
 
-    Raised by every calibration path (``tolstat.select``, ``tolstat.calibrate``,
+    Raised by every calibration path (``tolstat.select``, ``tolstat.calibration.calibrate``,
     ``tolstat.calibration.engine``); ``on_error="skip"`` and ``tolstat evaluate`` catch only this.
 
     Attributes

@@ -12,7 +12,7 @@ import inspect
 import math
 import re
 from numbers import Real
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 

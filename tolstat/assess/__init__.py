@@ -8,4 +8,5 @@ corpus). Results only: printing, argument parsing and plots belong to the CLI.
 
 from tolstat._base.lazy import namespace as _namespace
 
-__getattr__, __dir__ = _namespace(__name__, ("comparison", "hwshift", "evaluation", "methods"))
+__getattr__, __dir__ = _namespace(
+    __name__, ("rules", "folds", "comparison", "hwshift", "corpus_runs", "evaluation", "methods"))

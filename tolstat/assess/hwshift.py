@@ -59,12 +59,11 @@ from tolstat.dataset.schema import validate
 from tolstat._base.inference import clopper_pearson, holm
 from tolstat.calibration.decision import exceeds, run_values
 from tolstat.models.scale import ScaleModel, run_scores
-from tolstat.calibration.selection import ToleranceTable, select
+from tolstat.calibration.selection import select
+from tolstat.calibration.table import ToleranceTable
 
-__all__ = ["ShiftResult", "shift", "bundled_gpu_datasets", "evaluate_hook", "DATA_DIR"]
+__all__ = ["ShiftResult", "shift", "evaluation_shift_report"]
 
-#: where tolstat's shipped datasets live; ``gpu*.nc`` files there are GPU error datasets
-DATA_DIR = Path(__file__).resolve().parent / "data"
 
 _STATUS = ("within", "above", "broken")
 
@@ -401,26 +400,18 @@ def _dataset(common: Sequence[tuple[str, str]], rows: Sequence[dict[str, Any]], 
                                      "dtype": (dim, np.array([g[1] for g in common], dtype=str))})
 
 
-def bundled_gpu_datasets(data_dir: str | os.PathLike[str] | None = None) -> list[Path]:
-    """GPU error datasets shipped with tolstat: ``gpu*.nc`` files in ``tolstat/data/``."""
-    d = Path(DATA_DIR if data_dir is None else data_dir)
-    return sorted(d.glob("gpu*.nc")) if d.is_dir() else []
-
-
-def evaluate_hook(calibration: xr.Dataset, *, fp_budget: float, confidence: float,
-                  data_dir: str | os.PathLike[str] | None = None) -> str | None:
-    """Shift report of ``evaluate``'s calibration data (A) against each shipped GPU dataset (B).
+def evaluation_shift_report(calibration: xr.Dataset, datasets: Sequence[str | os.PathLike[str]], *,
+                            fp_budget: float, confidence: float) -> str:
+    """Shift report of ``evaluate``'s calibration data (A) against each error dataset in ``datasets`` (B).
 
     Only B's runs of the (op, dtype) groups and, where both datasets carry the ``dims``
     label, of the problem shapes that ``evaluate`` calibrated on are compared (so a
     ``--quick`` evaluation, with small shapes only, is not compared with a GPU dataset's
-    larger shapes). Returns None when no GPU dataset is shipped (nothing is printed then).
+    larger shapes). ``tolstat evaluate --shift-against FILE`` prints it.
     """
     from tolstat.dataset.io import open_errors
 
-    paths = bundled_gpu_datasets(data_dir)
-    if not paths:
-        return None
+    paths = [Path(p) for p in datasets]
 
     def keys(ds: xr.Dataset, with_dims: bool) -> list[tuple[str, ...]]:
         cols = [np.asarray(ds[c].values).astype(str) for c in (("op", "dtype", "dims") if with_dims
@@ -441,5 +432,5 @@ def evaluate_hook(calibration: xr.Dataset, *, fp_budget: float, confidence: floa
         dropped = int((~keep).sum())
         extra = (f" ({dropped} of its runs left out: ops, dtypes or shapes the evaluation did not calibrate)"
                  if dropped else "")
-        out.append(f"GPU dataset {p.name}{extra}:\n{res.to_text()}")
+        out.append(f"error dataset {p.name}{extra}:\n{res.to_text()}")
     return "\n\n".join(out)

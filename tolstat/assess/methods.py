@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tolstat.assess.comparison import Rule, SelectRule
+from tolstat.assess.rules import Rule, SelectRule
 
 __all__ = ["tolstat_methods"]
 
@@ -11,7 +11,7 @@ def tolstat_methods() -> list[Rule]:
     """The tolstat methods compared in ``tolstat evaluate``.
 
     Each is ``tolstat.select`` with these options; evaluate calibrates it per (op, dtype)
-    at its ``fp_budget`` and ``confidence`` (:class:`tolstat.assess.comparison.SelectRule`).
+    at its ``fp_budget`` and ``confidence`` (:class:`tolstat.assess.rules.SelectRule`).
     """
     return [
         # the default call (form "auto"); the calibration runs are the same inputs through several

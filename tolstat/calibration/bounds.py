@@ -1,7 +1,7 @@
 """Bounds of the ``1 - budget`` quantile of a check statistic over correct runs.
 
 Step between the estimators and the selection (estimators -> **bounds** -> selection ->
-table -> checks): the pieces :func:`tolstat.calibrate` assembles, each with the
+table -> checks): the pieces :func:`tolstat.calibration.calibrate` assembles, each with the
 promise it keeps and the data it needs (``docs/selection.md``):
 
 * :func:`order_statistic_threshold`: the distribution-free order statistic (needs
@@ -11,14 +11,14 @@ promise it keeps and the data it needs (``docs/selection.md``):
   with an upper confidence bound of the return level, and its adequacy rules
   (:class:`TailOptions`);
 * :func:`exceedance_probability`: how likely a correct run reaches a value;
-* :func:`split_budget`: a suite budget split over checks.
 
-When no bound can be given, :class:`NotEnoughData` says how many runs are needed.
+When no bound can be given, :class:`~tolstat._base.util.NotEnoughData` says how many runs are needed.
 """
 
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -26,17 +26,15 @@ import numpy as np
 from scipy import stats as _st
 
 from tolstat._base.util import NotEnoughData
-from tolstat._base.util import unit_interval as _unit
+from tolstat._base.validate import unit_interval as _unit
 from tolstat.models.estimators import evt as _evt
 from tolstat.models.estimators.bootstrap import bootstrap_return_level_bound
 from tolstat.models.estimators.orderstat import conformal_bound, conformal_min_n, order_statistic_bound, order_statistic_min_n
 
 __all__ = [
-    "NotEnoughData",
     "TailOptions",
     "Calibration",
     "TailFit",
-    "split_budget",
     "order_statistic_threshold",
     "conformal_threshold",
     "tail_fit",
@@ -77,7 +75,7 @@ class TailOptions:
 
     def __post_init__(self) -> None:
         if self.bound not in TAIL_BOUNDS:
-            raise ValueError(f"tail_bound must be 'conservative' or 'bootstrap', got {self.bound!r}")
+            raise ValueError(f"TailOptions.bound must be 'conservative' or 'bootstrap', got {self.bound!r}")
         for name in ("n_resamples", "min_tail_runs", "min_exceedances"):
             v = getattr(self, name)
             if int(v) != v or v < 1:
@@ -90,10 +88,8 @@ class TailOptions:
         _unit("TailOptions.tail_fraction", self.tail_fraction)
 
     def to_dict(self) -> dict[str, Any]:
-        """Provenance form, with the keyword names :func:`tolstat.select` used to take."""
-        return {"n_resamples": self.n_resamples, "min_tail_runs": self.min_tail_runs,
-                "max_extrapolation": self.max_extrapolation, "tail_fraction": self.tail_fraction,
-                "min_exceedances": self.min_exceedances, "tail_bound": self.bound}
+        """Provenance form: the field names and values (``TailOptions(**d)`` rebuilds it)."""
+        return dataclasses.asdict(self)
 
 
 @dataclass(frozen=True)
@@ -128,49 +124,6 @@ class Exceedance:
 
     def __iter__(self):  # noqa: D105
         return iter((self.probability, self.note))
-
-
-# --------------------------------------------------------------------------- budget
-def split_budget(suite_budget: float, n_checks: int, *, method: str = "bonferroni",
-                 independent: bool = False) -> float:
-    """Per-check false-positive budget so that a suite of ``n_checks`` keeps ``suite_budget``.
-
-    Parameters
-    ----------
-    suite_budget : float
-        Acceptable probability that *any* of the checks of a correct suite fails.
-    n_checks : int
-        Number of checks in the suite.
-    method : {"bonferroni", "sidak"}
-        ``"bonferroni"`` (default): ``a / N``, the union bound, valid under any
-        dependence. ``"sidak"``: ``1 - (1 - a)**(1/N)``, *not* a union bound: exact for
-        independent checks, so it is allowed only with ``independent=True``.
-    independent : bool, default False
-        The caller states that the checks are independent (required by ``"sidak"``).
-
-    Returns
-    -------
-    float
-
-    Examples
-    --------
-    >>> split_budget(0.01, 100, method="bonferroni")
-    0.0001
-    >>> round(split_budget(0.01, 100, method="sidak", independent=True), 8)
-    0.0001005
-    """
-    a = _unit("suite_budget", suite_budget)
-    if int(n_checks) != n_checks or n_checks < 1:
-        raise ValueError(f"n_checks must be a positive integer, got {n_checks!r}")
-    n = int(n_checks)
-    if method == "bonferroni":
-        return a / n
-    if method == "sidak":
-        if not independent:
-            raise ValueError("method='sidak' is not a union bound: it holds only for independent checks; pass "
-                             "independent=True to state that, or use method='bonferroni'")
-        return -math.expm1(math.log1p(-a) / n)
-    raise ValueError(f"method must be 'bonferroni' or 'sidak', got {method!r}")
 
 
 # --------------------------------------------------------------------------- calibration

@@ -15,7 +15,7 @@ resolution floors), never to a tail model:
   scored on the other half; the form whose held-out positive scores have the smaller
   ratio ``p90 / median`` (less slack for a typical run) wins, is refitted on the whole of
   A, and ``max_score`` is certified on the other units. Too few units to spare A: the
-  fit-free scale (:meth:`tolstat.ScaleModel.fit_free`);
+  fit-free scale (:meth:`tolstat.models.ScaleModel.fit_free`);
 * a named scale form (``allclose``, ``size_aware``, ``normalised``, ``baseline``): the
   same, with that form;
 * ``form=None``: the plain statistic, certified as it is.
@@ -37,7 +37,9 @@ import numpy as np
 import xarray as xr
 
 from tolstat._base.util import NotEnoughData
-from tolstat.calibration.engine import CertifyResult, GroupCertificate, certify, split_units
+from tolstat.calibration.certificate import GroupCertificate
+from tolstat.calibration.engine import CertifyResult, certify
+from tolstat.calibration.units import split_units
 from tolstat.dataset.schema import RunUnits, run_units
 from tolstat.calibration.decision import run_values
 from tolstat.models.estimators.orderstat import order_statistic_min_n
@@ -152,7 +154,7 @@ def _shared_fallback(own: CertifyResult, shared: CertifyResult) -> CertifyResult
 def _n_fit(n: int, nmin: int) -> int:
     """Units that fit the scale model: 20 %, 10 to 200; fewer (down to 10) when that keeps
     ``nmin`` units for the order statistic; else 0 (the fit-free scale,
-    :meth:`tolstat.ScaleModel.fit_free`), so that no group is refused for the fit."""
+    :meth:`tolstat.models.ScaleModel.fit_free`), so that no group is refused for the fit."""
     k = min(200, max(10, round(0.2 * n)))
     if n - k >= nmin:
         return int(k)

@@ -55,8 +55,8 @@ def check_policy(policy: Any, *, name: str = "hardware_policy") -> str:
 
 
 def machine_hardware() -> str:
-    """This machine's hardware label (:func:`tolstat.hardware_fingerprint`)."""
-    from tolstat.dataset.collection import hardware_fingerprint
+    """This machine's hardware label (:func:`tolstat.dataset.hardware_fingerprint`)."""
+    from tolstat.dataset.runs import hardware_fingerprint
 
     return hardware_fingerprint().label
 

@@ -17,11 +17,11 @@ Step between the fitted models and the checks (dataset -> estimators/scale -> bo
 Per group the bound is the distribution-free order statistic when there are enough runs
 (``n >= ln(1 - confidence) / ln(1 - budget)``), else an extreme-value tail model (GPD
 peaks over threshold, with a parametric-bootstrap upper bound of the return level) when
-the tail fit is adequate, else :class:`~tolstat.calibration.bounds.NotEnoughData` (a ``ValueError``)
+the tail fit is adequate, else :class:`~tolstat._base.util.NotEnoughData` (a ``ValueError``)
 saying how many runs are needed. The sample maximum is never returned silently.
 
 The bounds live in :mod:`tolstat.calibration.bounds`, the table in :mod:`tolstat.calibration.table`, the
-statistics in :mod:`tolstat.models.statistics`; their names are re-exported here.
+statistics in :mod:`tolstat.models.statistics`.
 """
 
 from __future__ import annotations
@@ -38,45 +38,32 @@ import xarray as xr
 
 from tolstat._base import validate as _validate
 from tolstat._base.util import ANY, GROUP_DIMS, group_rows
-from tolstat._base.util import unit_interval as _unit
+from tolstat._base.validate import unit_interval as _unit
 from tolstat._version import __version__
 from tolstat.calibration.bounds import (
     Calibration,
-    NotEnoughData,
     TailOptions,
     conformal_threshold,
-    exceedance_probability,
     order_statistic_threshold,
-    split_budget,
     tail_fit,
     tail_threshold,
 )
+from tolstat._base.inference import split_budget
+from tolstat._base.util import NotEnoughData
 from tolstat.calibration.forms import CERTIFIED_FORMS, certified_groups
 from tolstat.dataset.schema import drop_duplicate_runs, run_units, validate
 from tolstat.calibration.decision import run_values
 from tolstat.models.estimators.orderstat import order_statistic_min_n
 from tolstat.models.scale import FORMS, ScaleOptions
-from tolstat.models.statistics import MAX_STATISTICS, STATISTICS
+from tolstat.models.statistics import MAX_STATISTICS
 from tolstat.models.statistics import get as get_statistic
-from tolstat.calibration.table import TABLE_SCHEMA, StatEntry, ToleranceEntry, ToleranceTable, load_table
+from tolstat.calibration.table import ToleranceTable
 
 __all__ = [
-    "TABLE_SCHEMA",
-    "STATISTICS",
     "SELECT_METHODS",
-    "Calibration",
-    "NotEnoughData",
-    "TailOptions",
-    "ScaleOptions",
-    "StatEntry",
-    "ToleranceEntry",
-    "ToleranceTable",
-    "exceedance_probability",
-    "split_budget",
     "calibrate",
     "select",
     "rebudget",
-    "load_table",
 ]
 
 SELECT_METHODS = ("auto", "order_statistic", "conformal", "evt")
@@ -221,7 +208,7 @@ def select(
         An error dataset of *correct* runs (``docs/schema.md``).
     fp_budget : float
         Largest acceptable probability that a check of a correct run fails, in (0, 1).
-        For a suite of N checks use :func:`split_budget`.
+        For a suite of N checks use :func:`~tolstat._base.inference.split_budget`.
     confidence : float, default 0.95
         Confidence that the promise holds (the thresholds are upper confidence bounds).
     method : {"auto", "order_statistic", "conformal", "evt"}
@@ -243,7 +230,7 @@ def select(
         model (:mod:`tolstat.models.scale`), fitted on a part of the units that does not set the
         threshold (``"max_score"``, needs ``statistic="max_abs"``). A group with too few
         units to fit a scale and keep the order statistic's minimum uses the fit-free
-        scale :meth:`tolstat.ScaleModel.fit_free`. The table records the choice and why.
+        scale :meth:`tolstat.models.ScaleModel.fit_free`. The table records the choice and why.
         With ``method`` ``"auto"``/``"order_statistic"`` and one statistic, every form
         is calibrated by one engine (:func:`tolstat.calibration.engine.certify`): the
         distribution-free order statistic on independent units, pooling across
@@ -254,7 +241,7 @@ def select(
         Grouping; leave out ``"hardware"`` to calibrate one ``"*"`` entry over all
         hardware (``op`` and ``dtype`` are required).
     budget_split : {"bonferroni", "sidak"}
-        How the budget is split between statistics (:func:`split_budget`).
+        How the budget is split between statistics (:func:`~tolstat._base.inference.split_budget`).
     scale : ScaleOptions, optional
         Settings of the noise-scale fit (quantile, covariates of the ``size_aware``,
         ``normalised`` and ``baseline`` forms, solver); only used with a ``form``.
@@ -318,8 +305,7 @@ def select(
                                 units[inv == gi]) for gi, key in enumerate(keys)]
     settings = {"fp_budget": plan.a, "confidence": plan.g, "method": method, "statistic": plan.requested,
                 "form": form, "by": list(plan.by), "budget_split": budget_split, "seed": seed,
-                "cluster": cluster, "pooling": pooling,
-                **tail.to_dict(), **scale.to_dict()}
+                "cluster": cluster, "pooling": pooling, "tail": tail.to_dict(), "scale": scale.to_dict()}
     prov = {
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "tolstat_version": __version__,

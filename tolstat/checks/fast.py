@@ -2,7 +2,7 @@
 
 A check of a table entry whose statistics are ``max_abs`` or ``max_rel`` (optionally
 with ``bias``) needs only what :func:`tolstat.measure.fused.fused_max` computes in one pass;
-it never builds the element-wise :class:`tolstat.ErrorMetrics`. Anything else (a
+it never builds the element-wise :class:`tolstat.measure.ErrorMetrics`. Anything else (a
 scale model, ``max_ulp``, a statistic it does not know, a NaN/Inf in either array)
 returns None and :func:`tolstat.check` takes the general path, which is the definition:
 ``tests/test_fastcheck.py`` checks both give the same :class:`CheckResult`.

@@ -13,11 +13,11 @@ Options (command line, or ``[tool.tolstat]`` in the rootdir's ``pyproject.toml``
 ``--tolstat-record PATH``
     Record the errors that *passing* checks saw into an error dataset (``.nc`` or
     ``.zarr``), written at the end of the session, for recalibration
-    (:func:`tolstat.merge_records`). Checked at startup (folder exists, suffix). Under
+    (:func:`tolstat.dataset.merge_records`). Checked at startup (folder exists, suffix). Under
     pytest-xdist every worker writes a part file and the controller merges all parts.
     Without a table, checks only record (calibration mode) and always pass.
 ``--tolstat-hardware LABEL``
-    Hardware label for lookups and records (default: :func:`tolstat.hardware_fingerprint`).
+    Hardware label for lookups and records (default: :func:`tolstat.dataset.hardware_fingerprint`).
 ``--tolstat-hardware-policy {exact,pooled,nearest,error}`` / ``hardware_policy = "..."``
     What a check on a machine the table was not calibrated on does
     (:mod:`tolstat.calibration.hwpolicy`; default ``"error"``). ``exact`` and ``error`` are also
@@ -121,7 +121,7 @@ def suite_table(table: Any, suite_budget: float, n_checks: int) -> Any:
     split between statistics in the table's proportions.
 
     Thresholds are the distribution-free order-statistic bound
-    (:func:`tolstat.calibrate` with ``method="order_statistic"``) at the new budget,
+    (:func:`tolstat.calibration.calibrate` with ``method="order_statistic"``) at the new budget,
     computed from the table's stored largest calibration scores: the runs below them are
     replaced by the smallest stored score, which can only raise the bound (exact when
     the bound's rank lies among the stored scores). A threshold never drops below the
@@ -133,7 +133,7 @@ def suite_table(table: Any, suite_budget: float, n_checks: int) -> Any:
     ValueError
         Bad ``suite_budget`` or ``n_checks``, or a budget larger than the table's.
     """
-    from tolstat.calibration.bounds import split_budget
+    from tolstat._base.inference import split_budget
     from tolstat.calibration.selection import rebudget
 
     a = split_budget(suite_budget, n_checks, method="bonferroni")
@@ -217,7 +217,7 @@ class TolstatSession:
     def hardware(self) -> tuple[str, str]:
         """(hardware label, platform fingerprint)."""
         if self._hw is None:
-            from tolstat.dataset.collection import hardware_fingerprint
+            from tolstat.dataset.runs import hardware_fingerprint
 
             hw, plat = hardware_fingerprint()
             self._hw = (self.hardware_opt or hw, plat)
@@ -238,7 +238,8 @@ class TolstatSession:
         """Keep the error summary of a passing check (deterministic for a given test and call)."""
         import numpy as np  # here, not at module level: pytest start-up stays light
 
-        from tolstat.dataset.schema import reference_fingerprint, summarize_run
+        from tolstat.dataset.records import summarize_run
+        from tolstat.dataset.schema import reference_fingerprint
         from tolstat.measure.metrics import as_array, error_metrics
 
         m = error_metrics(actual, expected, dtype=dtype)
@@ -255,7 +256,7 @@ class TolstatSession:
         self.records.append(rec)
 
     def _dataset(self) -> Any:
-        from tolstat.dataset.schema import build_dataset
+        from tolstat.dataset.records import build_dataset
 
         names = sorted({k for r in self.records for k in r.covariates})
         for r in self.records:  # every run needs the same covariates: NaN where a test gave none

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tolstat.assess.comparison import DEFAULT_METHODS, METHODS, compare
+from tolstat.assess.comparison import compare
+from tolstat.assess.rules import DEFAULT_METHODS, METHODS
 from tolstat.cli.plots import plot_compare
 
 __all__ = ["add_cli"]

@@ -102,11 +102,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         print(per_bug_table(res))
         print("\ndetectable-bug recall per category")
         print(per_category_table(res))
-    from tolstat.assess.hwshift import evaluate_hook  # a GPU dataset in tolstat/data/: print the shift report
+    if args.shift_against:
+        from tolstat.assess.hwshift import evaluation_shift_report
 
-    shift_text = evaluate_hook(res.calibration, fp_budget=cfg.fp_budget, confidence=cfg.confidence)
-    if shift_text:
-        print("\n" + shift_text)
+        print("\n" + evaluation_shift_report(res.calibration, args.shift_against, fp_budget=cfg.fp_budget,
+                                              confidence=cfg.confidence))
     paths = write_outputs(res, args.output)
     if not args.no_plots:
         from tolstat.cli.plots import plot_evaluation
@@ -119,7 +119,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 def _cmd_collect(args: argparse.Namespace) -> int:
     from tolstat.cli import user_kernel as _cli_collect
     from tolstat import save
-    from tolstat.assess.evaluation import EvalConfig, calibration_dataset
+    from tolstat.assess.corpus_runs import calibration_dataset
+    from tolstat.assess.evaluation import EvalConfig
 
     if _cli_collect.wanted(args):
         ds = _cli_collect.run(args)
@@ -197,7 +198,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
-    from tolstat import merge_records, open_errors, save
+    from tolstat import open_errors, save
+    from tolstat.dataset import merge_records
 
     ds = merge_records([open_errors(p) for p in args.inputs], dedupe=not args.keep_duplicates)
     save(ds, args.output)
@@ -338,6 +340,9 @@ def _add_data_commands(sub: Any) -> None:
                    help="thresholds per (op, dtype) over all correct variants (op, default), or per "
                    "kernel (op, dtype, variant), a buggy kernel checked against the variant it modifies")
     e.add_argument("--no-plots", action="store_true")
+    e.add_argument("--shift-against", action="append", default=[], metavar="ERRORS",
+                   help="also compare the calibration data with this error dataset, e.g. a GPU's "
+                        "(tolstat shift, restricted to the groups and shapes evaluated; repeatable)")
     e.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None)
     e.set_defaults(func=_cmd_evaluate)
     c = sub.add_parser("collect", help="collect an error dataset of your kernel (--kernel MODULE:FUNCTION "

@@ -42,7 +42,7 @@ def load_array(path: str | os.PathLike[str], dtype: Any = None) -> np.ndarray:
     path : path-like
         The file.
     dtype : str or dtype, optional
-        The target dtype (any spelling :func:`tolstat.canonical_dtype` takes). Needed
+        The target dtype (any spelling :func:`tolstat._base.dtypes.canonical_dtype` takes). Needed
         for files holding raw bytes (bfloat16, float8): their elements are viewed as it.
 
     Returns

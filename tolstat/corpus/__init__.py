@@ -27,7 +27,7 @@ BUGS : dict of str to BugSpec
     Bug kinds, each tied to an op and to the correct variant it mutates (``base``).
 Case
     One generated input (float64 "true" inputs, labels, covariates, seed).
-cases(op, dtype, *, n, seed, quick=False)
+cases(op, dtype, n=..., seed=..., quick=False)
     Deterministic cases cycling over shapes, distributions and input scales (1, 10, 100).
 run_kernel(kernel, case, dtype)
     Cast the inputs to dtype, run a kernel, return its output in dtype.

@@ -15,11 +15,12 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 from tolstat._base.dtypes import canonical_dtype
-from tolstat.dataset.runs import Inputs, _as_inputs, _merged, _name, _provenance, _record, hardware_fingerprint
-from tolstat.dataset.schema import DEFAULT_SAMPLE_SIZE, RunRecord, build_dataset
+from tolstat.dataset.runs import _as_inputs, _merged, _name, _provenance, _record, hardware_fingerprint
+from tolstat.dataset.records import RunRecord, build_dataset
+from tolstat.dataset.schema import DEFAULT_SAMPLE_SIZE
 from tolstat.dataset.stream import collect_to_store
 
-__all__ = ["Inputs", "collect", "from_pairs", "hardware_fingerprint"]
+__all__ = ["collect", "from_pairs", "hardware_fingerprint"]
 
 
 def collect(
@@ -53,7 +54,7 @@ def collect(
         Its float64 reference, called with the same arguments.
     make_inputs : callable
         ``make_inputs(rng)`` returns the inputs of one run: a tuple (positional args),
-        a dict (keyword args), an :class:`Inputs` (with per-run labels and covariates),
+        a dict (keyword args), an :class:`~tolstat.dataset.runs.Inputs` (with per-run labels and covariates),
         or a single argument. ``rng`` is ``numpy.random.default_rng([seed, i])`` for
         run ``i``, so a run is reproducible on its own.
     op : str
@@ -67,7 +68,7 @@ def collect(
     seed : int, default 0
         Base seed of the input generator and of the element sampling.
     labels, covariates : dict, optional
-        Labels / covariates shared by all runs (per-run ones from :class:`Inputs` win).
+        Labels / covariates shared by all runs (per-run ones from :class:`~tolstat.dataset.runs.Inputs` win).
     sample_size : int, default 4096
         Element-wise errors kept per run.
     rel_floor, allow_nan

@@ -38,7 +38,7 @@ def format_for(path: str | os.PathLike[str]) -> str:
 
 
 def _plain(ds: xr.Dataset) -> xr.Dataset:
-    """Drop a multi-index over op/dtype/hardware (set by ``tolstat.indexed``)."""
+    """Drop a multi-index over op/dtype/hardware (set by ``tolstat.dataset.indexed``)."""
     if "run" in ds.indexes and ds.indexes["run"].__class__.__name__ == "MultiIndex":
         ds = ds.reset_index("run").drop_vars(["run", "pos"], errors="ignore")
     n = ds.sizes["run"]
@@ -58,7 +58,7 @@ def save(ds: xr.Dataset, path: str | os.PathLike[str], *, encoding: Mapping[str,
     Parameters
     ----------
     ds : xarray.Dataset
-        A valid error dataset (checked with :func:`tolstat.validate`).
+        A valid error dataset (checked with :func:`tolstat.dataset.validate`).
     path : str or path-like
         Destination; ``.nc``/``.nc4``/``.h5`` write netCDF-4 (h5netcdf), ``.zarr`` a zarr
         store (a directory).

@@ -108,7 +108,7 @@ def merge_records(datasets: Iterable[xr.Dataset], *, label_fill: str = LABEL_FIL
     -------
     xarray.Dataset
         A valid error dataset; its provenance gains an entry
-        ``{"created_by": "tolstat.merge_records", "runs_in": ..., "duplicates_dropped": ...}``.
+        ``{"created_by": "tolstat.dataset.merge_records", "runs_in": ..., "duplicates_dropped": ...}``.
 
     Raises
     ------
@@ -137,7 +137,7 @@ def merge_records(datasets: Iterable[xr.Dataset], *, label_fill: str = LABEL_FIL
         if dropped:
             out = out.isel(run=keep)
     prov = json.loads(out.attrs.get("provenance", "[]"))
-    prov.append({"created_by": "tolstat.merge_records", "runs_in": int(n_in), "duplicates_dropped": int(dropped),
+    prov.append({"created_by": "tolstat.dataset.merge_records", "runs_in": int(n_in), "duplicates_dropped": int(dropped),
                  "label_fill": label_fill})
     out.attrs["provenance"] = json.dumps(prov)
     return validate(out)

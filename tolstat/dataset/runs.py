@@ -1,7 +1,8 @@
 """Shared pieces of collection (:mod:`tolstat.dataset.collection`, :mod:`tolstat.dataset.stream`).
 
 Run inputs, the hardware fingerprint, provenance, and one run's record. Dataset layer:
-imports only :mod:`tolstat.measure.metrics` and :mod:`tolstat.dataset.schema`.
+imports only :mod:`tolstat.measure.metrics`, :mod:`tolstat.dataset.schema` and
+:mod:`tolstat.dataset.records`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
-from tolstat.dataset.schema import RunRecord, reference_fingerprint, summarize_run
+from tolstat.dataset.records import RunRecord, summarize_run
+from tolstat.dataset.schema import reference_fingerprint
 from tolstat.measure.metrics import as_array, error_metrics
 
 __all__ = ["Inputs", "Hardware", "hardware_fingerprint"]

@@ -17,7 +17,7 @@ the collection's arguments (attribute ``manifest``) and ``done.log``: one JSON l
 completed run with its string labels, appended (and fsync'ed) only after all of the block's
 arrays are written. A run is done exactly when its line is in the log. When all runs are
 done the store is *finalized*: string labels are written from the log, the ``sample``
-dimension is trimmed as :func:`tolstat.dataset.schema.build_dataset` trims it, provenance is set
+dimension is trimmed as :func:`tolstat.dataset.records.build_dataset` trims it, provenance is set
 and the metadata consolidated; the result opens with :func:`tolstat.open_errors` and
 equals ``tolstat.collect(...)`` with the same arguments except for provenance.
 
@@ -49,7 +49,8 @@ from tolstat._base.util import _tmp_path, clean_stale, remove_tree
 from tolstat._base.validate import code_fingerprint
 from tolstat._version import __version__
 from tolstat.dataset.runs import _as_inputs, _merged, _name, _provenance, _record, hardware_fingerprint
-from tolstat.dataset.schema import BUILTIN_COVARIATES, DEFAULT_SAMPLE_SIZE, FINGERPRINT, RUN_STATS, SAMPLE_VARS, RunRecord, build_dataset, _label_value
+from tolstat.dataset.records import RunRecord, _label_value, build_dataset
+from tolstat.dataset.schema import BUILTIN_COVARIATES, DEFAULT_SAMPLE_SIZE, FINGERPRINT, RUN_STATS, SAMPLE_VARS
 from tolstat.dataset.io import open_errors
 
 __all__ = ["collect_to_store", "open_store", "store_progress", "StoreProgress"]

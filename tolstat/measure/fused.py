@@ -19,7 +19,6 @@ Layer: metrics (imports only :mod:`tolstat._base.dtypes`, numpy and numba).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numba
 import numpy as np

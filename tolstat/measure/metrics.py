@@ -21,7 +21,6 @@ counted (``n_nonfinite``) and reported, never dropped.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -521,7 +520,7 @@ def metric_covariates(m: ErrorMetrics, extra: Mapping[str, Any] | None = None) -
 
     ``n_elements``, ``ref_max_abs = max |ref|`` and ``ref_rms = sqrt(mean(ref**2))``
     over the finite reference values: the same definitions as the error dataset's run
-    variables (:func:`tolstat.dataset.schema.summarize_run`).
+    variables (:func:`tolstat.dataset.records.summarize_run`).
     """
     ref = m.ref_abs[np.isfinite(m.ref_abs)]
     cov: dict[str, Any] = {

@@ -116,7 +116,7 @@ def unit_roundoff(dtype: Any) -> float:
     Parameters
     ----------
     dtype : str or dtype
-        Any spelling :func:`tolstat.canonical_dtype` accepts.
+        Any spelling :func:`tolstat._base.dtypes.canonical_dtype` accepts.
 
     Returns
     -------
@@ -611,7 +611,7 @@ def score_statistic_names(op: str | None = None) -> list[str]:
 
 # ----------------------------------------------------------------------- combined score
 def combined_score(stats: Any, normalisers: Any, *, which: bool = False) -> Any:
-    """Combined score ``S = max_j T_j / q_j`` (the one definition; :func:`tolstat.calibration.engine.score`).
+    """Combined score ``S = max_j T_j / q_j`` (the one definition; :func:`tolstat.calibration.units.score`).
 
     NaN statistics are skipped (``S`` is NaN when none applies), an infinite one gives
     ``+inf``; with ``which=True`` also the name of the statistic attaining the maximum.

@@ -3,7 +3,7 @@
 Step between the error dataset and the tolerance table (errors -> **scale** -> select ->
 check). A scale model ``s(x)`` predicts the spread of the element error ``|d_i|`` from the
 element's reference magnitude ``|ref_i|`` and the run's covariates (reduction length
-``K``, ``ref_rms``, ...). A check then looks at the *normalised* run statistic
+``K``, ``ref_rms``, ...). A check then looks at the *normalised* run statistic::
 
     score = max_i |d_i| / s(|ref_i|, run covariates)
 
@@ -40,14 +40,15 @@ linear-programming solver :func:`quantreg_lp` is provided and checked against it
 from __future__ import annotations
 
 import warnings
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from tolstat._base.dtypes import target_dtype
-from tolstat._base.util import unit_interval
-from tolstat.models.statistics import MAX_STATISTICS, RUN_BLOCK, RunScores, bias_score, run_blocks, sample_mask
+from tolstat._base.validate import unit_interval
+from tolstat.models.statistics import MAX_STATISTICS, RUN_BLOCK, RunScores, run_blocks, sample_mask
 from tolstat.models.statistics import get as get_statistic
 
 __all__ = [
@@ -59,9 +60,6 @@ __all__ = [
     "fit_allclose",
     "fit_scale",
     "run_scores",
-    "bias_scores",
-    "bias_score",
-    "RunScores",
     "RUN_BLOCK",
 ]
 
@@ -279,11 +277,10 @@ class ScaleOptions:
                          solver=self.solver, seed=seed)
 
     def to_dict(self) -> dict[str, Any]:
-        """Provenance form, with the keyword names :func:`tolstat.select` used to take."""
-        return {"scale_quantile": self.quantile, "size_covariate": self.size_covariate,
-                "linear_covariates": list(self.linear), "power_covariates": list(self.power),
-                "baseline": self.baseline, "baseline_floor": self.floor, "solver": self.solver,
-                "max_points": self.max_points}
+        """Provenance form: the field names and values (``ScaleOptions(**d)`` rebuilds it)."""
+        d = dataclasses.asdict(self)
+        d["linear"], d["power"] = list(self.linear), list(self.power)
+        return d
 
 
 # --------------------------------------------------------------------------- quantile regression
@@ -560,16 +557,6 @@ def _covs(ds: Any) -> list[str]:
     return [x for x in str(ds.attrs.get("covariates", "")).split(",") if x]
 
 
-def run_covariates(ds: Any, names: Sequence[str]) -> dict[str, np.ndarray]:
-    """Arrays over runs of the named covariates of a dataset."""
-    out = {}
-    for k in names:
-        if k not in ds:
-            raise ValueError(f"covariate {k!r} is not in the dataset (have {_covs(ds)})")
-        out[k] = np.asarray(ds[k].values, dtype=np.float64)
-    return out
-
-
 def run_scores(ds: Any, model: ScaleModel | None, statistic: str = "max_abs") -> RunScores:
     """Per-run check statistic of the runs of a dataset (:mod:`tolstat.models.statistics`).
 
@@ -591,8 +578,3 @@ def run_scores(ds: Any, model: ScaleModel | None, statistic: str = "max_abs") ->
             raise ValueError(f"unknown statistic {statistic!r}")
         return get_statistic(statistic).run_scores(ds)
     return get_statistic("max_score").run_scores(ds, model)
-
-
-def bias_scores(ds: Any) -> np.ndarray:
-    """:func:`bias_score` of every run of an error dataset."""
-    return get_statistic("bias").run_scores(ds).scores

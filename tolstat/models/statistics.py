@@ -23,7 +23,7 @@ A new statistic is one more :class:`Statistic` (see :func:`register`).
 
 Element statistics (``kind="max"``) are the maximum of an element score; a non-finite
 output element scores ``inf`` and a matching NaN pair (``allow_nan``) scores 0. The
-normalised score ``max_score`` needs a noise-scale model (:class:`tolstat.ScaleModel`,
+normalised score ``max_score`` needs a noise-scale model (:class:`tolstat.models.ScaleModel`,
 passed in; this module does not import :mod:`tolstat.models.scale`).
 
 Layer: after :mod:`tolstat.measure.metrics` and :mod:`tolstat.dataset.schema`, before the scale models,
@@ -61,7 +61,7 @@ __all__ = [
 
 
 class ScaleLike(Protocol):
-    """What a statistic needs of a noise-scale model (:class:`tolstat.ScaleModel`)."""
+    """What a statistic needs of a noise-scale model (:class:`tolstat.models.ScaleModel`)."""
 
     @property
     def covariates(self) -> list[str]: ...

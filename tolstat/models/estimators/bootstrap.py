@@ -36,7 +36,7 @@ import numpy as np
 from numba import njit, prange
 from scipy import special
 
-from tolstat._base.util import unit_interval as _unit
+from tolstat._base.validate import unit_interval as _unit
 from tolstat.models.estimators.evt import _gpd_mle_core, _pot_core, _return_level
 from tolstat.models.estimators.quantile import QUANTILE_METHODS, quantile as _quantile
 from tolstat._base import numba_cache as _numba_cache

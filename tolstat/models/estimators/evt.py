@@ -51,7 +51,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from tolstat._base.util import unit_interval as _unit
+from tolstat._base.validate import unit_interval as _unit
 from tolstat.models.estimators import quantile as _q
 from tolstat.models.estimators.quantile import (
     _ABS,

@@ -23,7 +23,7 @@ import math
 import numpy as np
 from scipy import stats
 
-from tolstat._base.util import unit_interval as _unit
+from tolstat._base.validate import unit_interval as _unit
 from tolstat.models.estimators.quantile import kth_smallest_groups
 
 __all__ = [

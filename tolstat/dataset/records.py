@@ -1,0 +1,502 @@
+"""Run records: one run summarised, and records assembled into an error dataset.
+
+:func:`summarize_run` reduces the element-wise metrics of one run to a :class:`RunRecord`
+(run statistics, error quantiles and an element sample that holds the run's Pareto front,
+:func:`pareto_frontier`, or its upper convex hull, :func:`upper_hull`);
+:func:`build_dataset` assembles records into an error dataset of the schema of
+:mod:`tolstat.dataset.schema`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numba
+import numpy as np
+import xarray as xr
+
+from tolstat._base import numba_cache as _numba_cache
+from tolstat._base import validate as _validate
+from tolstat._version import __version__
+from tolstat.dataset.schema import (
+    BUILTIN_COVARIATES,
+    DEFAULT_SAMPLE_SIZE,
+    FINGERPRINT,
+    FINGERPRINT_ATTRS,
+    METRIC_DEFINITIONS,
+    QUANTILES,
+    RESERVED,
+    RUN_STATS,
+    SAMPLE_VARS,
+    SCHEMA_VERSION,
+)
+from tolstat.measure.metrics import ErrorMetrics, metric_covariates
+
+__all__ = [
+    "RunRecord",
+    "summarize_run",
+    "pareto_frontier",
+    "upper_hull",
+    "build_dataset",
+]
+
+_numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
+
+
+@dataclass
+class RunRecord:
+    """Everything kept about one run (one kernel call compared with its reference)."""
+
+    op: str
+    dtype: str
+    hardware: str
+    platform: str
+    shape: str
+    seed: int
+    run_index: int
+    labels: dict[str, str]
+    covariates: dict[str, float]
+    stats: dict[str, float]
+    quantiles: np.ndarray
+    samples: dict[str, np.ndarray] = field(default_factory=dict)
+    #: whole-output statistics of the operator noise model (``tolstat.measure.noise``); optional
+    op_stats: dict[str, float] = field(default_factory=dict)
+    #: :func:`~tolstat.dataset.schema.reference_fingerprint` of the run's reference; optional
+    ref_fingerprint: int | None = None
+
+
+def _fmt_shape(shape: Sequence[int]) -> str:
+    return "x".join(str(int(s)) for s in shape) if len(shape) else "scalar"
+
+
+def _run_stats(metrics: ErrorMetrics) -> tuple[dict[str, Any], np.ndarray]:
+    """The run-level statistics of one run and its error quantiles (:data:`~tolstat.dataset.schema.QUANTILES`)."""
+    abs_e = metrics.abs
+    nf = metrics.n_nonfinite
+    finite = ~metrics.nonfinite
+    with np.errstate(invalid="ignore", over="ignore"):
+        mean_abs = float(abs_e.mean()) if nf == 0 else float("inf")
+        sig = metrics.signed[finite & np.isfinite(metrics.signed)]
+        mean_signed = float(sig.mean()) if sig.size else 0.0
+        cov = metric_covariates(metrics)
+        q = _quantile_linear(abs_e, _QUANTILES) if nf == 0 else np.quantile(
+            np.where(metrics.nonfinite, np.inf, abs_e), QUANTILES, method="higher"
+        )
+    stats = {
+        "n_elements": metrics.n_elements,
+        "n_frontier": 0,
+        "n_nonfinite": nf,
+        "max_abs": float(abs_e.max()),
+        "max_rel": float(metrics.rel.max()),
+        "max_ulp": float(metrics.ulp.max()),
+        "mean_abs": mean_abs,
+        "mean_signed": mean_signed,
+        "rel_floor": metrics.rel_floor,
+        "ref_max_abs": cov["ref_max_abs"],
+        "ref_rms": cov["ref_rms"],
+    }
+    return stats, q
+
+
+_QUANTILES = np.asarray(QUANTILES, dtype=np.float64)
+
+
+def _quantile_linear(a: np.ndarray, qs: np.ndarray) -> np.ndarray:
+    """``np.quantile(a, qs)`` (method "linear") for a 1-D float64 ``a``: numpy's own steps
+    (the same partition, indices and interpolation) without its per-call overhead."""
+    n = a.size
+    if n == 0 or a.dtype != np.float64 or a.ndim != 1:
+        return np.quantile(a, qs)
+    prev, nxt, kth, t, upper = _linear_positions(n, tuple(float(q) for q in qs))
+    part = np.partition(a, kth)
+    if np.isnan(part[-1]):
+        return np.quantile(a, qs)
+    lo, hi = part[prev], part[nxt]
+    d = hi - lo
+    out = lo + d * t
+    np.subtract(hi, d * (1 - t), out=out, where=upper)
+    return out
+
+
+@functools.lru_cache(maxsize=512)
+def _linear_positions(n: int, qs: tuple[float, ...]) -> tuple[np.ndarray, ...]:
+    """numpy's "linear" indices, partition points and weights for ``n`` values (cached:
+    runs of a collection share a few sizes; the arrays are only read)."""
+    v = (n - 1) * np.asarray(qs, dtype=np.float64)
+    prev = np.floor(v).astype(np.intp)
+    nxt = prev + 1
+    above = v >= n - 1
+    prev[above] = -1
+    nxt[above] = -1
+    t = v - prev
+    out = (prev, nxt, np.unique(np.hstack((prev, nxt))), t, t >= 0.5)
+    for x in out:
+        x.flags.writeable = False
+    return out
+
+
+def _sample_indices(metrics: ErrorMetrics, sample_size: int,
+                    rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
+    """Indices of the element sample (front or hull first, then uniform) and the front length."""
+    n = metrics.n_elements
+    abs_e = metrics.abs
+    if n <= sample_size:
+        return np.arange(n), int(pareto_frontier(abs_e, metrics.ref_abs).size)
+    rng = np.random.default_rng() if rng is None else rng
+    front = pareto_frontier(abs_e, metrics.ref_abs)
+    keep = front
+    if front.size > sample_size // 2:
+        # a long front (error ~ proportional to |ref|): keep its upper convex hull,
+        # which holds the run maximum of every score |d| / (a + b*|ref|), then the
+        # largest-|d| rest of the front
+        hull = upper_hull(front, abs_e, metrics.ref_abs)
+        # a hull longer than the sample is cut: largest errors first, so the sample
+        # always holds the run's largest error (the run's max_abs)
+        hull = hull[np.argsort(-abs_e[hull], kind="stable")]
+        rest = np.setdiff1d(front, hull, assume_unique=True)
+        rest = rest[np.argsort(-abs_e[rest], kind="stable")]
+        keep = np.concatenate([hull, rest])[: max(sample_size // 2, min(hull.size, sample_size))]
+    rest = rng.choice(n - keep.size, size=sample_size - keep.size, replace=False)
+    # map draws from the complement of `keep` back to element indices
+    ks = np.sort(keep)
+    rest = rest + np.searchsorted(ks - np.arange(ks.size), rest, side="right")
+    return np.sort(np.concatenate([keep, rest])), int(front.size)
+
+
+def summarize_run(
+    metrics: ErrorMetrics,
+    *,
+    op: str,
+    hardware: str,
+    platform: str = "",
+    seed: int = -1,
+    run_index: int = 0,
+    labels: Mapping[str, Any] | None = None,
+    covariates: Mapping[str, float] | None = None,
+    sample_size: int = DEFAULT_SAMPLE_SIZE,
+    rng: np.random.Generator | None = None,
+) -> RunRecord:
+    """Reduce the element-wise metrics of one run to a :class:`RunRecord`.
+
+    The element sample is a uniform random sample without replacement of
+    ``sample_size`` elements (all of them when the run is smaller) that always contains
+    the element with the largest absolute error.
+    """
+    if sample_size < 1:
+        raise ValueError(f"sample_size must be >= 1, got {sample_size}")
+    stats, q = _run_stats(metrics)
+    idx, n_front = _sample_indices(metrics, sample_size, rng)
+    stats["n_frontier"] = n_front
+    abs_e = metrics.abs
+    samples = {
+        "sample_abs": abs_e[idx],
+        "sample_signed": metrics.signed[idx],
+        "sample_ulp": metrics.ulp[idx],
+        "sample_ref": metrics.ref_abs[idx],
+    }
+    if labels is not None and not isinstance(labels, Mapping):
+        raise TypeError(f"labels must be a mapping {{name: value}}, got {type(labels).__name__}")
+    labels = {_validate.label_name("label", k): _validate.label_value(f"label {k!r}", _label_value(k, v))
+              for k, v in (labels or {}).items()}
+    covs = _validate.covariates(covariates, computed=BUILTIN_COVARIATES)
+    op = _validate.label_value("op", op)
+    hardware = _validate.label_value("hardware", hardware)
+    platform = _validate.label_value("platform", platform)
+    for name in list(labels) + list(covs):
+        if name in RESERVED:
+            raise ValueError(f"label/covariate name {name!r} is reserved by the schema")
+    overlap = set(labels) & set(covs)
+    if overlap:
+        raise ValueError(f"names used both as label and covariate: {sorted(overlap)}")
+    return RunRecord(
+        op=str(op),
+        dtype=metrics.dtype,
+        hardware=str(hardware),
+        platform=str(platform),
+        shape=_fmt_shape(metrics.shape),
+        seed=int(seed),
+        run_index=int(run_index),
+        labels=labels,
+        covariates=covs,
+        stats=stats,
+        quantiles=np.asarray(q, dtype=np.float64),
+        samples=samples,
+    )
+
+
+def pareto_frontier(abs_err: np.ndarray, ref_abs: np.ndarray) -> np.ndarray:
+    """Indices of the elements on the (largest ``|d|``, smallest ``|expected|``) Pareto front.
+
+    An element is on the front when no other element has a larger-or-equal error at a
+    smaller-or-equal reference magnitude (ties broken by position). For any score that
+    increases with ``|d|`` and does not increase with ``|expected|`` -- max abs error,
+    relative error, ``|d| / (atol + rtol*|expected|)``, ``|d| / s(K, |expected|)`` -- the
+    run's maximum score is attained on the front. Keeping the front in the element sample
+    therefore makes every such normalised run statistic *exact* from the sample.
+    """
+    # numba, O(n) plus a sort of the few candidates: the same set as walking the
+    # lexicographic order (|expected|, -|d|, position) and keeping each element whose |d|
+    # exceeds every earlier one (a NaN |d| stops the front, as a running max would)
+    r = np.asarray(ref_abs, dtype=np.float64).ravel()
+    r = np.where(np.isnan(r), np.inf, r) + 0.0  # + 0.0: -0.0 becomes +0.0 (they tie)
+    return _front_kernel(np.asarray(abs_err, dtype=np.float64).ravel(), r)
+
+
+@numba.njit(cache=True)
+def _front_kernel(d: np.ndarray, r: np.ndarray) -> np.ndarray:  # pragma: no cover - numba
+    """Sorted indices of the Pareto front (see :func:`pareto_frontier`); ``r`` has no NaN
+    and no -0.0.
+
+    The elements are bucketed by ``r`` (buckets ordered like ``r``); an element whose
+    ``d`` is at most the largest ``d`` of an earlier bucket follows an element with a
+    larger-or-equal ``d`` and is not on the front. The remaining candidates (and every
+    NaN ``d``) are sorted by ``r``; among elements of equal ``r`` only the first in the
+    order (largest ``d``, then smallest index) can exceed the running maximum, which
+    equals the running maximum over all elements, and a NaN ``d`` (sorted last among
+    equal ``r``) makes it NaN: no later element is on the front.
+    """
+    n = r.size
+    keys = np.empty(n, dtype=np.int64)
+    kmin = np.int64(0)
+    kmax = np.int64(0)
+    for i in range(n):
+        b = np.int64(r.view(np.int64)[i])
+        k = b ^ ((b >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))  # ordered like the floats
+        keys[i] = k
+        if i == 0 or k < kmin:
+            kmin = k
+        if i == 0 or k > kmax:
+            kmax = k
+    nb = 1
+    while nb < n and nb < 4096:
+        nb *= 2
+    span = np.uint64(kmax - kmin)
+    shift = np.uint64(0)
+    while (span >> shift) >= np.uint64(nb):
+        shift += np.uint64(1)
+    bucket = np.empty(n, dtype=np.int64)
+    bmax = np.full(nb, -np.inf)
+    for i in range(n):
+        bb = np.int64(np.uint64(keys[i] - kmin) >> shift)
+        bucket[i] = bb
+        if d[i] > bmax[bb]:
+            bmax[bb] = d[i]
+    before = np.empty(nb)  # largest d of the earlier buckets
+    run = -np.inf
+    for bb in range(nb):
+        before[bb] = run
+        if bmax[bb] > run:
+            run = bmax[bb]
+    cand = np.empty(n, dtype=np.int64)
+    nc = 0
+    for i in range(n):
+        di = d[i]
+        if di != di or di > before[bucket[i]]:
+            cand[nc] = i
+            nc += 1
+    cand = cand[:nc]
+    rc = np.empty(nc)
+    for t in range(nc):
+        rc[t] = r[cand[t]]
+    order = cand[np.argsort(rc)]
+    keep = np.empty(nc, dtype=np.int64)
+    m = 0
+    prev = -np.inf
+    stopped = False
+    i = 0
+    while i < nc:
+        ri = r[order[i]]
+        best = -1
+        bestd = 0.0
+        has_nan = False
+        j = i
+        while j < nc and r[order[j]] == ri:
+            k = order[j]
+            dk = d[k]
+            if dk != dk:
+                has_nan = True
+            elif best < 0 or dk > bestd or (dk == bestd and k < best):
+                best = k
+                bestd = dk
+            j += 1
+        if best >= 0 and not stopped and bestd > prev:
+            keep[m] = best
+            m += 1
+            prev = bestd
+        if has_nan:
+            stopped = True
+        i = j
+    out = keep[:m].copy()
+    out.sort()
+    return out
+
+
+@numba.njit(cache=True)
+def _hull_chain(r: np.ndarray, d: np.ndarray) -> np.ndarray:  # pragma: no cover - numba
+    """Monotone-chain upper hull of points sorted by r (ties: larger d first)."""
+    n = r.size
+    out = np.empty(n, dtype=np.int64)
+    m = 0
+    for i in range(n):
+        while m >= 2:
+            a = out[m - 2]
+            b = out[m - 1]
+            cross = (r[b] - r[a]) * (d[i] - d[a]) - (d[b] - d[a]) * (r[i] - r[a])
+            if cross >= 0.0:  # b is not strictly above the chord a-i: drop it
+                m -= 1
+            else:
+                break
+        out[m] = i
+        m += 1
+    return out[:m]
+
+
+def upper_hull(front: np.ndarray, abs_err: np.ndarray, ref_abs: np.ndarray) -> np.ndarray:
+    """Elements of a Pareto front on the upper convex hull of its ``(|ref|, |d|)`` points.
+
+    For ``lam >= 0`` the maximum of ``|d| / (lam + |ref|)`` over the run -- the score of
+    every scale model affine in ``|ref|`` within a run (allclose, size-aware, normalised
+    with run-level covariates) -- is attained at a tangent point from ``(-lam, 0)``,
+    which is a vertex of this hull. Non-finite points are always kept.
+    """
+    r = ref_abs[front]
+    d = abs_err[front]
+    finite = np.isfinite(r) & np.isfinite(d)
+    fr = front[finite]
+    order = np.lexsort((-d[finite], r[finite]))
+    fr = fr[order]
+    chain = _hull_chain(ref_abs[fr].astype(np.float64), abs_err[fr].astype(np.float64))
+    return np.sort(np.concatenate([fr[chain], front[~finite]]))
+
+
+def _label_value(name: Any, v: Any) -> str:
+    if isinstance(v, (str, int, float, bool, np.generic)):
+        return str(v)
+    if isinstance(v, (tuple, list)):
+        return "x".join(str(x) for x in v)
+    raise TypeError(f"label {name!r} must be a string or number, got {type(v).__name__}")
+
+
+def build_dataset(
+    records: Sequence[RunRecord],
+    *,
+    sample_size: int | None = None,
+    provenance: Mapping[str, Any] | None = None,
+) -> xr.Dataset:
+    """Assemble run records into an error dataset (see ``docs/schema.md``).
+
+    Raises
+    ------
+    ValueError
+        No records, or records whose label / covariate names differ.
+    """
+    if len(records) == 0:
+        raise ValueError("no runs: an error dataset needs at least one run")
+    label_keys = list(records[0].labels)
+    cov_keys = list(records[0].covariates)
+    for i, r in enumerate(records):
+        if set(r.labels) != set(label_keys):
+            raise ValueError(
+                f"run {i} has labels {sorted(r.labels)} but run 0 has {sorted(label_keys)}: "
+                "every run of a dataset needs the same label names"
+            )
+        if set(r.covariates) != set(cov_keys):
+            raise ValueError(
+                f"run {i} has covariates {sorted(r.covariates)} but run 0 has "
+                f"{sorted(cov_keys)}: every run needs the same covariates"
+            )
+    longest = max(max(len(r.samples["sample_abs"]) for r in records), 1)
+    k = longest if sample_size is None else min(int(sample_size), longest)
+    nrun = len(records)
+    coords: dict[str, Any] = {
+        "op": ("run", np.array([r.op for r in records], dtype=str)),
+        "dtype": ("run", np.array([r.dtype for r in records], dtype=str)),
+        "hardware": ("run", np.array([r.hardware for r in records], dtype=str)),
+        "platform": ("run", np.array([r.platform for r in records], dtype=str)),
+        "shape": ("run", np.array([r.shape for r in records], dtype=str)),
+        "seed": ("run", np.array([r.seed for r in records], dtype=np.int64)),
+        "run_index": ("run", np.array([r.run_index for r in records], dtype=np.int64)),
+        "quantile": ("quantile", np.array(QUANTILES)),
+    }
+    for key in label_keys:
+        coords[key] = ("run", np.array([r.labels[key] for r in records], dtype=str))
+    data: dict[str, Any] = {}
+    for name, (dt, long_name, units) in RUN_STATS.items():
+        data[name] = xr.Variable(
+            "run",
+            np.array([r.stats[name] for r in records], dtype=dt),
+            {"long_name": long_name, "units": units},
+        )
+    data["abs_quantile"] = xr.Variable(
+        ("run", "quantile"),
+        np.stack([r.quantiles for r in records]),
+        {"long_name": "abs-error quantiles of the run (numpy 'linear')", "units": "output units"},
+    )
+    data.update(_covariate_vars(records, cov_keys))
+    data.update(_op_stat_vars(records))
+    if all(r.ref_fingerprint is not None for r in records):
+        data[FINGERPRINT] = xr.Variable("run", np.array([r.ref_fingerprint for r in records], dtype=np.int64),
+                                        FINGERPRINT_ATTRS)
+    n_sample = np.array([len(r.samples["sample_abs"]) for r in records], dtype=np.int64)
+    if (n_sample > k).any():
+        raise ValueError(f"a run has more samples ({n_sample.max()}) than sample_size={k}")
+    data["n_sample"] = xr.Variable("run", n_sample, {"long_name": "valid samples in the row"})
+    for name, (long_name, units) in SAMPLE_VARS.items():
+        arr = np.full((nrun, k), np.nan)
+        for i, r in enumerate(records):
+            v = r.samples[name]
+            arr[i, : len(v)] = v
+        data[name] = xr.Variable(("run", "sample"), arr, {"long_name": long_name, "units": units})
+    prov = {
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "tolstat_version": __version__,
+    }
+    prov.update(dict(provenance or {}))
+    attrs = {
+        "tolstat_schema": SCHEMA_VERSION,
+        "tolstat_version": __version__,
+        "reference_dtype": "float64",
+        "labels": ",".join(label_keys),
+        "covariates": ",".join(list(BUILTIN_COVARIATES) + cov_keys),
+        "sample_size": int(sample_size or k),
+        "metrics": METRIC_DEFINITIONS,
+        "provenance": json.dumps([prov]),
+    }
+    return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def _covariate_vars(records: Sequence[RunRecord], cov_keys: Sequence[str]) -> dict[str, xr.Variable]:
+    """The user covariates of the runs as per-run variables."""
+    return {
+        key: xr.Variable("run", np.array([r.covariates[key] for r in records], dtype=np.float64),
+                         {"long_name": f"user covariate {key}", "role": "covariate"})
+        for key in cov_keys
+    }
+
+
+def _op_stat_vars(records: Sequence[RunRecord]) -> dict[str, xr.Variable]:
+    """The optional per-run operator-noise statistics (all runs or none)."""
+    keys = list(records[0].op_stats)
+    for i, r in enumerate(records):
+        if list(r.op_stats) != keys:
+            raise ValueError(
+                f"run {i} has operator statistics {sorted(r.op_stats)} but run 0 has "
+                f"{sorted(keys)}: give a magnitude for every run or for none"
+            )
+    from tolstat.measure.noise import MID_SUFFIX, STATISTICS
+
+    def long_name(k: str) -> str:
+        base = k.removesuffix(MID_SUFFIX)
+        text = STATISTICS.get(base, f"operator invariant {base}")
+        return text + (" (noise model with the intermediate-store term)" if base != k else "")
+
+    return {
+        k: xr.Variable("run", np.array([r.op_stats[k] for r in records], dtype=np.float64),
+                       {"long_name": long_name(k),
+                        "units": "rounding-noise units", "role": "op_statistic"})
+        for k in keys
+    }
