@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from tolstat.calibration.engine import certify, fit_size
+from tolstat.calibration.engine import certify
+from tolstat.calibration.units import fit_size
 from tolstat.models.estimators.orderstat import order_statistic_min_n
 
 CONFIDENCE = 0.95

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tolstat.calibration.selection import ToleranceTable
+from tolstat.calibration.table import ToleranceTable
 
 
 def stat(threshold, *, top=(), tail=None, method="order_statistic"):

@@ -33,7 +33,7 @@ HELPER = textwrap.dedent(
     import numpy as np
     import tolstat
     from tolstat.dataset import stream
-    from tolstat.dataset.schema import summarize_run
+    from tolstat.dataset.records import summarize_run
 
     def kernel(x):
         return (x.astype(np.float16) * np.float16(3.0)).astype(np.float16)

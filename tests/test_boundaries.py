@@ -22,7 +22,9 @@ from tolstat.measure import metrics
 from tolstat.checks.checking import check
 from tolstat.models.estimators import conformal_min_n, conformal_rank, order_statistic_min_n
 from tolstat.calibration.bounds import TailOptions
-from tolstat.calibration.selection import Calibration, calibrate, exceedance_probability, load_table, select
+from tolstat.calibration.selection import calibrate, select
+from tolstat.calibration.bounds import Calibration, exceedance_probability
+from tolstat.calibration.table import load_table
 
 from table_helpers import group as _group, table as _table  # noqa: E402
 
@@ -272,38 +274,38 @@ def _ds():
 
 def test_validate_sample_range():
     ds = _ds()
-    tolstat.validate(ds)
+    tolstat.dataset.validate(ds)
     ok = ds.copy(deep=True)
     ok["n_sample"].values[0] = ds.sizes["sample"]  # == sample: allowed
     ok["n_elements"].values[0] = ds.sizes["sample"]
-    tolstat.validate(ok)
+    tolstat.dataset.validate(ok)
     for bad_value in (ds.sizes["sample"] + 1, -1):
         bad = ds.copy(deep=True)
         bad["n_sample"].values[1] = bad_value
         with pytest.raises(ValueError, match=r"'n_sample' out of range \[0, sample\]"):
-            tolstat.validate(bad)
+            tolstat.dataset.validate(bad)
     bad = ds.copy(deep=True)
     bad["n_elements"].values[2] = int(bad["n_sample"].values[2]) - 1
     with pytest.raises(ValueError, match="'n_sample' exceeds 'n_elements'"):
-        tolstat.validate(bad)
+        tolstat.dataset.validate(bad)
     bad = ds.copy(deep=True)
     bad["sample_abs"].values[0, 0] = np.nan
     with pytest.raises(ValueError, match="NaN inside the valid samples"):
-        tolstat.validate(bad)
+        tolstat.dataset.validate(bad)
 
 
 def test_validate_label_and_covariate_mismatch():
     ds = _ds()
     with pytest.raises(ValueError, match=r"label 'variant' listed in attrs\['labels'\] is missing"):
-        tolstat.validate(ds.drop_vars("variant"))
+        tolstat.dataset.validate(ds.drop_vars("variant"))
     bad = ds.copy()
     bad.attrs["labels"] = "variant,nope"
     with pytest.raises(ValueError, match=r"label 'nope' listed in attrs\['labels'\]"):
-        tolstat.validate(bad)
+        tolstat.dataset.validate(bad)
     bad = ds.copy()
     bad.attrs["covariates"] = ",".join([x for x in [ds.attrs.get("covariates", "")] if x] + ["K"])
     with pytest.raises(ValueError, match=r"covariate 'K' listed in attrs\['covariates'\] is missing"):
-        tolstat.validate(bad)
+        tolstat.dataset.validate(bad)
 
 
 # --------------------------------------------------------------------------- ULP ordered integers
@@ -462,7 +464,8 @@ def test_tail_threshold_estimate_and_bootstrap_settings():
 
 
 def test_split_budget_single_check_and_defaults():
-    from tolstat.calibration.bounds import TailOptions, split_budget, tail_fit, tail_threshold
+    from tolstat.calibration.bounds import TailOptions, tail_fit, tail_threshold
+    from tolstat._base.inference import split_budget
 
     assert split_budget(0.01, 1) == pytest.approx(0.01, rel=1e-15)
     assert split_budget(0.01, 1, method="bonferroni") == 0.01

@@ -11,17 +11,10 @@ import pytest
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from tolstat.calibration.engine import (
-    NotEnoughData,
-    UnreachableThresholdWarning,
-    certify,
-    collapse,
-    fit_normalisers,
-    fit_size,
-    score,
-    split_units,
-    union_budget,
-)
+from tolstat.calibration.certificate import UnreachableThresholdWarning
+from tolstat.calibration.engine import certify
+from tolstat._base.util import NotEnoughData
+from tolstat.calibration.units import collapse, fit_normalisers, fit_size, score, split_units
 from tolstat.models.estimators.orderstat import order_statistic_min_n, order_statistic_rank
 
 
@@ -113,13 +106,6 @@ def test_score_is_max_ratio_skipping_nan():
 
 
 # --------------------------------------------------------------------------- budgets
-def test_union_budget_bonferroni_and_stated_sidak():
-    assert union_budget(0.01, 4) == 0.0025
-    with pytest.raises(ValueError, match="not a union bound"):
-        union_budget(0.01, 4, method="sidak")
-    assert union_budget(0.01, 4, method="sidak", independent=True) == pytest.approx(1 - 0.99 ** 0.25)
-
-
 def test_holm_adjusts_the_finite_p_values_and_keeps_nan():
     from tolstat._base.inference import holm
 
@@ -393,7 +379,8 @@ def _sparse_pool(rng, k_pos=(7, 2, 0), heavy_last=False):
 
 
 def test_sparse_group_is_tested_on_its_few_scores_and_keeps_its_own_bound():
-    from tolstat.calibration.engine import _can_refuse, _max_bound, _pool_p_shape
+    from tolstat.calibration.certificate import _max_bound
+    from tolstat.calibration.pooling import _can_refuse, _pool_p_shape
 
     st, lab = _sparse_pool(np.random.default_rng(21))
     res = certify(st, lab, fp_budget=0.01, pool_normalisers="own", on_refusal="record")

@@ -125,7 +125,7 @@ def test_baseline_form_handles_zero_baseline():
         base = 0.0 if i % 4 == 0 else float(np.abs(e - (e + rng.standard_normal(32) * 1e-3)).max())
         pairs.append((out, e, None, {"baseline_max_abs": base}))
     ds = tolstat.from_pairs(pairs, op="b", dtype="float16", hardware="cpu")
-    t = select(ds, fp_budget=0.05, form="baseline", scale=tolstat.ScaleOptions(floor=4.0))
+    t = select(ds, fp_budget=0.05, form="baseline", scale=tolstat.models.ScaleOptions(floor=4.0))
     ent = t.entry("b", "float16")
     x = rng.standard_normal(32)
     e = x.astype(np.float16).astype(np.float64) * 3.0

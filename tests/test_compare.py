@@ -9,8 +9,9 @@ import pytest
 import xarray as xr
 
 import tolstat
-from tolstat.assess.comparison import (CompareResult, StudyRule, assign_folds, calibrate_and_score, compare,
-                             make_rule)
+from tolstat.assess.comparison import CompareResult, compare
+from tolstat.assess.folds import assign_folds
+from tolstat.assess.rules import StudyRule, calibrate_and_score, make_rule
 
 N_CASES = 1000
 VARIANTS = 3  # runs per case: e.g. three kernel variants on the same inputs
@@ -275,7 +276,7 @@ def test_cli_bad_arguments(tmp_path, correct, capsys, args, match):
                                      {"form": None, "statistic": ("max_abs", "bias")}])
 def test_dataset_scores_equal_check_on_raw_outputs(options):
     """Scoring held-out runs from the dataset gives tolstat.check's ratio on the raw output."""
-    from tolstat.assess.comparison import SelectRule
+    from tolstat.assess.rules import SelectRule
 
     rng = np.random.default_rng(7)
 

@@ -45,9 +45,9 @@ def test_select_on_dask_equals_in_memory(stored, chunk, form):
         lazy = tolstat.open_errors(path, chunks={"run": chunk})
     assert lazy.sample_abs.chunks is not None
     a = tolstat.select(ds, fp_budget=0.02, form=form,
-                       scale=tolstat.ScaleOptions(size_covariate="n_elements" if form else None))
+                       scale=tolstat.models.ScaleOptions(size_covariate="n_elements" if form else None))
     b = tolstat.select(lazy, fp_budget=0.02, form=form,
-                       scale=tolstat.ScaleOptions(size_covariate="n_elements" if form else None))
+                       scale=tolstat.models.ScaleOptions(size_covariate="n_elements" if form else None))
     da, db = a.data.copy(), b.data.copy()
     da.attrs.pop("provenance"), db.attrs.pop("provenance")  # creation time differs
     xr.testing.assert_identical(da, db)

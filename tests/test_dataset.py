@@ -38,7 +38,7 @@ def small_ds():
 
 def test_collect_structure(small_ds):
     ds = small_ds
-    tolstat.validate(ds)
+    tolstat.dataset.validate(ds)
     assert ds.sizes["run"] == 12 and ds.sizes["sample"] == 64
     assert set(np.unique(ds.op.values)) == {"matmul"}
     assert set(np.unique(ds.dtype.values)) == {"float16"}
@@ -73,7 +73,7 @@ def test_groupby_and_select(small_ds):
     both = tolstat.concat([small_ds, other])
     groups = dict(both.groupby(["op", "dtype", "hardware"]))
     assert len(groups) == 2
-    sel = tolstat.indexed(both).sel(op="gemm", dtype="float16")
+    sel = tolstat.dataset.indexed(both).sel(op="gemm", dtype="float16")
     assert sel.sizes["run"] == 5
     assert len(json.loads(both.attrs["provenance"])) == 2
 
@@ -85,7 +85,7 @@ def test_from_pairs_and_default_hardware():
         e = rng.standard_normal(100)
         pairs.append((e.astype(np.float32), e, {"variant": "v1"}))
     ds = tolstat.from_pairs(pairs, op="copy", dtype="float32")
-    tolstat.validate(ds)
+    tolstat.dataset.validate(ds)
     assert ds.hardware.values[0].startswith(("cpu:", "cuda:"))
     assert "numpy" in str(ds.platform.values[0])
     assert (ds.max_ulp == 0).all()
@@ -125,22 +125,22 @@ def test_concat_mismatched_labels_raises(small_ds):
 
 def test_validate_catches_problems(small_ds):
     with pytest.raises(TypeError, match="expected an xarray.Dataset, got DataArray"):
-        tolstat.validate(small_ds.max_abs)
+        tolstat.dataset.validate(small_ds.max_abs)
     with pytest.raises(ValueError, match="tolstat_schema"):
-        tolstat.validate(small_ds.drop_attrs())
+        tolstat.dataset.validate(small_ds.drop_attrs())
     with pytest.raises(ValueError, match="missing run statistic 'max_ulp'"):
-        tolstat.validate(small_ds.drop_vars("max_ulp"))
+        tolstat.dataset.validate(small_ds.drop_vars("max_ulp"))
     bad = small_ds.copy(deep=True)
     bad["max_abs"][0] = np.nan
     with pytest.raises(ValueError, match="'max_abs' contains NaN"):
-        tolstat.validate(bad)
+        tolstat.dataset.validate(bad)
     bad = small_ds.copy(deep=True)
     bad["sample_abs"][0, 0] = -1.0
     with pytest.raises(ValueError, match="negative"):
-        tolstat.validate(bad)
+        tolstat.dataset.validate(bad)
     bad = small_ds.assign_coords(dtype=("run", np.array(["float7"] * small_ds.sizes["run"])))
     with pytest.raises(ValueError, match="unknown dtype"):
-        tolstat.validate(bad)
+        tolstat.dataset.validate(bad)
 
 
 def _big_dataset(nrun=1000, k=4096):

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat.assess.comparison import SelectRule, calibrate_and_score
+from tolstat.assess.rules import SelectRule, calibrate_and_score
 from tolstat.calibration.decision import run_values
 
 HW = "sim"

@@ -9,7 +9,8 @@ import pytest
 
 import tolstat
 from tolstat.cli.main import main
-from tolstat.assess.evaluation import AllClose, EvalConfig, StudyRule, evaluate, write_outputs
+from tolstat.assess.evaluation import EvalConfig, evaluate, write_outputs
+from tolstat.assess.rules import StaticRule, StudyRule
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,7 @@ def test_evaluate_end_to_end(tiny_result, tmp_path):
     for m, row in zip(r.methods, r.summary):
         assert row["method"] == m.name
         assert row["budget"] == (0.1 if m.family == "tolstat" else None)
-    tolstat.validate(r.calibration)
+    tolstat.dataset.validate(r.calibration)
     for row in r.summary:
         assert row["n_control"] == int((r.checks.kind == "control").sum())
         assert 0 <= row["recall"] <= 1 and 0 <= row["fp_rate"] <= 1
@@ -57,7 +58,7 @@ def test_scores_match_rules(tiny_result):
     want = 1.5 * np.percentile(cal.max_abs.values[sel.values], 95)
     assert r.threshold_for(study.name, "gelu", "float16") == pytest.approx(want)
     assert r.threshold_for("torch defaults", "gelu", "float16") is None  # allclose ratios, not max_abs
-    torch_m = next(m for m in r.methods if isinstance(m, AllClose) and m.name == "torch defaults")
+    torch_m = next(m for m in r.methods if isinstance(m, StaticRule) and m.name == "torch defaults")
     one = tolstat.from_pairs([(np.float16([1.0, 2.0]), np.array([1.0005, 2.0]))], op="x", dtype="float16",
                              progress=False)
     fitted = torch_m.fit(None, budget=0.1, confidence=0.95, by=("op", "dtype"))
@@ -118,15 +119,24 @@ def test_cli_evaluate_too_few_calibration_runs(tmp_path, capsys):
     assert "tolstat max_abs" in doc["skipped_methods"]
 
 
+def test_cli_evaluate_shift_against_an_error_dataset(tmp_path, capsys):
+    args = ["evaluate", "--quick", "--n-cal", "5", "--n-test", "1", "--ops", "gelu", "--no-plots", "--no-progress"]
+    assert main(args + ["-o", str(tmp_path / "a")]) == 0
+    capsys.readouterr()
+    assert main(args + ["-o", str(tmp_path / "b"), "--shift-against", str(tmp_path / "a" / "calibration.nc")]) == 0
+    out = capsys.readouterr().out
+    assert "error dataset calibration.nc" in out and "gelu" in out.split("error dataset calibration.nc")[1]
+
+
 def test_methods_are_the_comparison_rules(capsys):
     """evaluate scores through tolstat.assess.comparison: one TORCH_DEFAULTS, rules by name or dict, and a
     rule without a threshold for some checks is skipped loudly, not counted as passing them."""
-    from tolstat.assess import comparison
+    from tolstat.assess import rules
     from tolstat.assess.evaluation import TORCH_DEFAULTS, default_methods
 
-    assert TORCH_DEFAULTS is comparison.TORCH_DEFAULTS
-    assert all(isinstance(m, comparison.Rule) for m in default_methods())
-    only_f32 = AllClose("only float32", {"float32": (1e-3, 1e-5)})
+    assert TORCH_DEFAULTS is rules.TORCH_DEFAULTS
+    assert all(isinstance(m, rules.Rule) for m in default_methods())
+    only_f32 = StaticRule("only float32", {"float32": (1e-3, 1e-5)})
     r = evaluate(EvalConfig.preset("tiny", ops=["gelu"]), progress=False,
                  methods=["study", {"name": "loose", "atol": 1.0, "rtol": 0.0}, only_f32])
     assert [m.name for m in r.methods] == ["study", "loose"]
@@ -163,7 +173,7 @@ def test_kernel_protocol_calibrates_each_variant_on_its_own_runs():
 def test_partly_calibrated_method_is_measured_on_its_covered_checks(tmp_path):
     """A method that refuses some groups is left out of the comparison, and measured on the
     checks of the groups it covers: the same flags as the full method on those checks."""
-    from tolstat.assess.comparison import Fitted, StudyRule
+    from tolstat.assess.rules import Fitted, StudyRule
     from tolstat.assess.evaluation import partial_table
     from tolstat.cli.report import markdown_report
 

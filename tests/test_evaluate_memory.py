@@ -9,8 +9,9 @@ import numpy as np
 import xarray as xr
 
 import tolstat
-from tolstat.assess.evaluation import (EvalConfig, _from_corpus_pairs, _heldout_pairs, _pairs_for, _SampleSink,
-                              _union_covariates, calibration_dataset, heldout_datasets)
+from tolstat.assess.corpus_runs import (_from_corpus_pairs, _heldout_pairs, _pairs_for, _SampleSink, _union_covariates,
+                                        calibration_dataset, heldout_datasets)
+from tolstat.assess.evaluation import EvalConfig
 
 
 def _strip(ds: xr.Dataset):
@@ -37,7 +38,7 @@ def test_calibration_dataset_equals_concat_of_parts():
              for op in OPS for dt in cfg.dtypes]
     new = calibration_dataset(cfg, progress=False)
     _same(new, _union_covariates(parts))
-    assert tolstat.validate(new, deep=True) is new  # raises if the concatenation is not a valid dataset
+    assert tolstat.dataset.validate(new, deep=True) is new  # raises if the concatenation is not a valid dataset
 
 
 def test_heldout_datasets_equal_concat_of_parts():
@@ -65,7 +66,7 @@ def test_sample_sink_grows_beyond_its_plan():
 def test_streamed_scores_equal_calibrate_and_score_on_all_checks():
     # evaluate scores each held-out (op, dtype) as it is made: the same numbers as the
     # per-fold core on the concatenated held-out datasets (the definition)
-    from tolstat.assess.comparison import calibrate_and_score
+    from tolstat.assess.rules import calibrate_and_score
     from tolstat.assess.evaluation import BY, _CHECK_LABELS, _fit_and_score, default_methods
 
     cfg = EvalConfig.preset("tiny", ops=OPS, n_test=2)

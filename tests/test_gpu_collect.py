@@ -35,7 +35,7 @@ def collected(gc, tmp_path_factory):
 
 def test_dataset_is_valid_and_complete(collected):
     summary, ds = collected
-    tolstat.validate(ds)
+    tolstat.dataset.validate(ds)
     assert summary["complete"] is True
     groups = {(str(o), str(d)) for o, d in zip(ds.op.values, ds.dtype.values)}
     assert groups == {(op, dt) for op in ("matmul", "softmax", "layer_norm", "conv1d")
@@ -89,7 +89,7 @@ def test_max_seconds_stops_cleanly_and_writes(gc, tmp_path):
                       "--max-seconds", "1e-6", "--out", str(out)])
     assert summary["complete"] is False
     ds = tolstat.open_errors(out)
-    tolstat.validate(ds)
+    tolstat.dataset.validate(ds)
     # the started group keeps its first case (three matmul variants), then the budget stops it
     assert ds.sizes["run"] == 3
     assert set(ds.op.values.tolist()) == {"matmul"}
@@ -119,7 +119,8 @@ def test_cuda_requested_without_cuda_exits_2(gc, tmp_path, capsys):
 
 def test_shift_against_the_corpus_emulation(collected):
     # the dataset pairs with the corpus's own collection of the same cases
-    from tolstat.assess.evaluation import EvalConfig, calibration_dataset
+    from tolstat.assess.corpus_runs import calibration_dataset
+    from tolstat.assess.evaluation import EvalConfig
 
     _, ds = collected
     # 10 cases: the variants of one case share its inputs and count as one unit (9 needed at 0.3)

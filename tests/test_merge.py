@@ -42,7 +42,7 @@ def test_concat_refuses_but_merge_reconciles():
     with pytest.raises(ValueError, match="labels"):
         tolstat.concat([cal, rec])
     ds = merge_records([cal, rec])
-    tolstat.validate(ds)
+    tolstat.dataset.validate(ds)
     assert ds.sizes["run"] == 65
     assert set(ds.attrs["labels"].split(",")) == {"dist", "test"}
     assert list(ds["test"].values[:60]) == [LABEL_FILL] * 60 and ds["test"].values[60].startswith("tests/")
@@ -60,7 +60,7 @@ def test_repeated_records_are_not_new_runs():
     assert not set(run_hashes(rec)) & set(run_hashes(other))
     ds = merge_records([cal, rec, again, other])
     assert ds.sizes["run"] == 60 + 5 + 5
-    assert json.loads(ds.attrs["provenance"])[-1] == {"created_by": "tolstat.merge_records", "runs_in": 75,
+    assert json.loads(ds.attrs["provenance"])[-1] == {"created_by": "tolstat.dataset.merge_records", "runs_in": 75,
                                                        "duplicates_dropped": 5, "label_fill": ""}
     assert merge_records([cal, rec, again], dedupe=False).sizes["run"] == 70
     # distinct calibration runs (different inputs) never collapse, even with equal run statistics
@@ -74,9 +74,9 @@ def test_covariate_rule_for_forms():
     assert tolstat.select(ds, fp_budget=0.05, form="allclose").entry("mul3", "float16").n == 440
     # a form using K needs it on every run of the group
     with pytest.raises(ValueError, match="covariate 'K'"):
-        tolstat.select(ds, fp_budget=0.05, form="size_aware", scale=tolstat.ScaleOptions(size_covariate="K"))
+        tolstat.select(ds, fp_budget=0.05, form="size_aware", scale=tolstat.models.ScaleOptions(size_covariate="K"))
     t = tolstat.select(runs_with(ds, "K"), fp_budget=0.05, form="size_aware",
-                       scale=tolstat.ScaleOptions(size_covariate="K"))
+                       scale=tolstat.models.ScaleOptions(size_covariate="K"))
     assert t.entry("mul3", "float16").n == 400
     with pytest.raises(ValueError, match="not a covariate"):
         runs_with(ds, "M")

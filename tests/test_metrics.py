@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from numpy.testing._private.utils import nulp_diff
 
 import tolstat
-from tolstat import error_metrics, ulp_distance
+from tolstat import error_metrics
+from tolstat.measure import ulp_distance
 from tolstat._base.dtypes import target_dtype
 
 NP_FLOATS = [np.float16, np.float32, np.float64]
@@ -230,11 +231,11 @@ def test_bad_inputs(actual, expected, kwargs, exc, pattern):
 
 def test_dtype_spellings():
     for s in ("fp16", "half", np.float16, "FLOAT16"):
-        assert tolstat.canonical_dtype(s) == "float16"
-    assert tolstat.canonical_dtype(ml_dtypes.bfloat16) == "bfloat16"
-    assert tolstat.canonical_dtype("torch.bfloat16") == "bfloat16"
+        assert tolstat._base.dtypes.canonical_dtype(s) == "float16"
+    assert tolstat._base.dtypes.canonical_dtype(ml_dtypes.bfloat16) == "bfloat16"
+    assert tolstat._base.dtypes.canonical_dtype("torch.bfloat16") == "bfloat16"
     with pytest.raises(ValueError, match="supported"):
-        tolstat.canonical_dtype("int8")
+        tolstat._base.dtypes.canonical_dtype("int8")
 
 
 def test_array_protocols():

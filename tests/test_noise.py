@@ -283,7 +283,7 @@ def test_from_pairs_with_magnitude_array():
         pairs.append((out, ref, mag, {"variant": "x"}, {"K": 32.0}))
         direct.append(run_statistics(out, ref, dtype="float16", magnitude=mag, K=32))
     ds = tolstat.from_pairs(pairs, op="matmul", dtype="float16", progress=False)
-    tolstat.validate(ds)
+    tolstat.dataset.validate(ds)
     for k in noise.STATISTICS:
         assert ds[k].attrs["role"] == "op_statistic"
         if k in ("op_max", "op_frac"):  # maxima and counts: exact
@@ -358,11 +358,12 @@ def test_corpus_magnitudes_bound_the_reference():
 
 
 def test_corpus_calibration_dataset_records_op_statistics():
-    from tolstat.assess.evaluation import EvalConfig, calibration_dataset
+    from tolstat.assess.corpus_runs import calibration_dataset
+    from tolstat.assess.evaluation import EvalConfig
 
     cfg = EvalConfig(ops=["mean", "softmax"], dtypes=("float16",), n_cal=3, quick=True)
     ds = calibration_dataset(cfg, progress=False)
-    tolstat.validate(ds)
+    tolstat.dataset.validate(ds)
     assert np.all(np.isfinite(ds["op_max"].values)) and np.all(np.isfinite(ds["op_rms_mid"].values))
     soft = ds["op"].values == "softmax"
     assert np.all(np.isfinite(ds["inv_row_sum"].values[soft]))

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat import NotEnoughData, TailOptions, calibrate
+from tolstat import NotEnoughData
+from tolstat.calibration import TailOptions, calibrate
 
 
 def test_calibrate_names_runs_needed():
@@ -35,7 +36,7 @@ def test_bad_data_is_not_not_enough_data():
 
 
 def test_tail_options_validate():
-    with pytest.raises(ValueError, match="tail_bound must be"):
+    with pytest.raises(ValueError, match="TailOptions.bound must be"):
         TailOptions(bound="nope")
     with pytest.raises(ValueError, match="min_tail_runs must be a positive integer"):
         TailOptions(min_tail_runs=0)
@@ -65,12 +66,15 @@ def test_skip_catches_only_not_enough_data(small):
     # a missing covariate is a configuration error: raised even with on_error="skip"
     with pytest.raises(ValueError, match="'nope'"):
         tolstat.select(small, fp_budget=0.5, form="normalised", on_error="skip",
-                       scale=tolstat.ScaleOptions(power=("nope",)))
+                       scale=tolstat.models.ScaleOptions(power=("nope",)))
 
 
 def test_provenance_records_the_options(small):
     t = tolstat.select(small, fp_budget=0.2, tail=TailOptions(min_tail_runs=20),
-                       scale=tolstat.ScaleOptions(quantile=0.9), form="allclose")
+                       scale=tolstat.models.ScaleOptions(quantile=0.9), form="allclose")
     s = t.meta["provenance"]["settings"]
-    assert s["min_tail_runs"] == 20 and s["scale_quantile"] == 0.9 and s["tail_bound"] == "conservative"
-    assert s["power_covariates"] == [] and s["seed"] == 0
+    assert s["tail"]["min_tail_runs"] == 20 and s["scale"]["quantile"] == 0.9 and s["tail"]["bound"] == "conservative"
+    assert s["scale"]["power"] == [] and s["seed"] == 0
+    assert TailOptions(**s["tail"]) == TailOptions(min_tail_runs=20)
+    assert tolstat.models.ScaleOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in s["scale"].items()}) \
+        == tolstat.models.ScaleOptions(quantile=0.9)

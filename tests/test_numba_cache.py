@@ -77,7 +77,7 @@ def test_a_fresh_process_writes_its_cache_to_the_user_folder(tmp_path):
     code = textwrap.dedent("""
         import numpy as np
         from tolstat.measure.metrics import _ulp_kernel
-        from tolstat import ulp_distance
+        from tolstat.measure import ulp_distance
         a = np.linspace(-1, 1, 11)
         ulp_distance(a.astype(np.float16), a, np.float16)
     """)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tolstat._base import validate as _validate
-from tolstat.dataset.schema import pareto_frontier
+from tolstat.dataset.records import pareto_frontier
 
 
 def _front_definition(abs_err, ref_abs):
@@ -91,7 +91,7 @@ def test_duplicate_rows_finds_copies():
 
 
 def test_run_quantiles_equal_numpy_bit_for_bit():
-    from tolstat.dataset.schema import _QUANTILES, _quantile_linear
+    from tolstat.dataset.records import _QUANTILES, _quantile_linear
 
     rng = np.random.default_rng(11)
     for t in range(600):

@@ -104,7 +104,7 @@ def test_record_writes_valid_dataset(pytester, table_path, tmp_path):
                              f"--tolstat-record={out}", "--tolstat-hardware=ci-box")
     res.assert_outcomes(passed=2, failed=1)
     ds = tolstat.open_errors(out)
-    tolstat.validate(ds)
+    tolstat.dataset.validate(ds)
     assert ds.sizes["run"] == 3  # only the passing checks
     assert set(ds["hardware"].values) == {"ci-box"} and set(ds["op"].values) == {"mul3"}
     assert all("test_good" in t for t in ds["test"].values)
@@ -293,7 +293,7 @@ def test_suite_table_is_the_order_statistic_at_the_split_budget(cal_data):
     from tolstat.calibration.decision import run_values
 
     # the decision values the table was certified on (0 for correctly rounded runs)
-    full = tolstat.calibrate(run_values(cal_data, "max_abs"), 0.0025, 0.95, method="order_statistic")
+    full = tolstat.calibration.calibrate(run_values(cal_data, "max_abs"), 0.0025, 0.95, method="order_statistic")
     assert e.statistics["max_abs"].threshold == full.threshold  # rank inside the stored top scores: exact
     assert e.statistics["max_abs"].threshold >= base.entry("mul3", "float16").statistics["max_abs"].threshold
     assert "Bonferroni" in e.statistics["max_abs"].reason
@@ -391,7 +391,7 @@ def test_which_group(tolstat_check):
 
 
 def _mixed_table(path, hardware):
-    from tolstat.calibration.selection import ToleranceTable
+    from tolstat.calibration.table import ToleranceTable
 
     def grp(hw, thr):
         st = {"threshold": thr, "estimate": thr, "budget": 0.01, "confidence": 0.95, "method": "order_statistic",
@@ -414,7 +414,7 @@ def _mixed_table(path, hardware):
     (("*", "DET"), "ci-box", "GROUP * any hardware 1.0"),
 ])
 def test_plugin_hardware_choice_with_mixed_tables(pytester, tmp_path, hardware, opt, want):
-    from tolstat.dataset.collection import hardware_fingerprint
+    from tolstat.dataset.runs import hardware_fingerprint
 
     det, _ = hardware_fingerprint()
     hw = tuple(det if h == "DET" else h for h in hardware)

@@ -73,7 +73,7 @@ def test_policies_on_an_uncalibrated_machine():
 
 
 def test_policy_defaults_to_this_machine():
-    hw = tolstat.hardware_fingerprint().label
+    hw = tolstat.dataset.hardware_fingerprint().label
     t = _table([_group("mm", "float16", hw, 1.0), _group("mm", "float16", "cuda:other", 9.0)])
     assert t.entry("mm", "float16", hardware_policy="exact").hardware == hw
     one = _table([_group("mm", "float16", "cuda:other", 9.0)])

@@ -10,7 +10,9 @@ import pytest
 
 import tolstat
 from tolstat.models.scale import fit_allclose, quantreg, quantreg_lp
-from tolstat.calibration.selection import ToleranceTable, calibrate, load_table, select, split_budget
+from tolstat.calibration.selection import calibrate, select
+from tolstat.calibration.table import ToleranceTable, load_table
+from tolstat._base.inference import split_budget
 
 
 def _kernel(x):

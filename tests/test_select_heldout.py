@@ -8,7 +8,7 @@ from scipy import stats
 
 import tolstat
 from tolstat.checks.checking import check
-from tolstat import ScaleOptions
+from tolstat.models import ScaleOptions
 from tolstat.calibration.selection import select
 
 SCALES = (1.0, 10.0, 100.0)

@@ -13,7 +13,7 @@ import tolstat
 from tolstat.cli.main import main
 from tolstat.calibration.decision import run_values
 from tolstat.models.scale import run_scores
-from tolstat.assess.hwshift import ShiftResult, bundled_gpu_datasets, evaluate_hook
+from tolstat.assess.hwshift import ShiftResult, evaluation_shift_report
 
 BUDGET = 0.05
 RUNS = 300
@@ -223,25 +223,21 @@ def test_cli_shift_missing_file_exit_2(tmp_path, capsys):
     assert len(err) == 1 and "no.nc" in err[0]
 
 
-def test_evaluate_hook_only_with_a_gpu_dataset(a, b_same, tmp_path):
-    assert bundled_gpu_datasets(tmp_path) == []
-    assert evaluate_hook(a, fp_budget=BUDGET, confidence=0.95, data_dir=tmp_path) is None
+def test_evaluation_shift_report_compares_only_the_groups_evaluate_calibrated(a, b_same, tmp_path):
     tolstat.save(b_same, tmp_path / "gpu_test.nc")
-    tolstat.save(b_same, tmp_path / "not_a_gpu_file.nc")
-    assert bundled_gpu_datasets(tmp_path) == [tmp_path / "gpu_test.nc"]
-    text = evaluate_hook(a.isel(run=np.flatnonzero(a.op.values == "mm")), fp_budget=BUDGET, confidence=0.95,
-                         data_dir=tmp_path)
-    assert text.startswith("GPU dataset gpu_test.nc (300 of its runs left out:")
+    text = evaluation_shift_report(a.isel(run=np.flatnonzero(a.op.values == "mm")), [tmp_path / "gpu_test.nc"],
+                                   fp_budget=BUDGET, confidence=0.95)
+    assert text.startswith("error dataset gpu_test.nc (300 of its runs left out:")
     assert "mm  " in text and "mm2" not in text  # only the groups evaluate calibrated
 
 
-def test_evaluate_hook_compares_only_the_shapes_evaluate_calibrated(a, b_same, tmp_path):
+def test_evaluation_shift_report_compares_only_the_shapes_evaluate_calibrated(a, b_same, tmp_path):
     a2 = a.assign_coords(dims=("run", np.where(a.max_abs.values >= 0, "M=8", "")))
     b2 = b_same.assign_coords(dims=("run", np.where(np.arange(b_same.sizes["run"]) % 2 == 0, "M=8", "M=99")))
     a2.attrs["labels"] = a.attrs["labels"] + ",dims" if a.attrs["labels"] else "dims"
     b2.attrs["labels"] = a2.attrs["labels"]
     tolstat.save(b2, tmp_path / "gpu_dims.nc")
-    text = evaluate_hook(a2, fp_budget=BUDGET, confidence=0.95, data_dir=tmp_path)
+    text = evaluation_shift_report(a2, [tmp_path / "gpu_dims.nc"], fp_budget=BUDGET, confidence=0.95)
     assert "(300 of its runs left out" in text
     assert re.search(r"^mm\s+float16\s+300\s+150\s", text, re.M)  # n_a, n_b: half of B's shapes match
 

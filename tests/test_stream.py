@@ -117,7 +117,7 @@ def test_store_equals_collect(kernels, expected, tmp_path):
     _, k = kernels
     ds = stream.collect_to_store(k.kernel, k.reference, k.make, store=tmp_path / "r.zarr",
                                  chunk_runs=3, **k.KW)
-    tolstat.validate(ds)
+    tolstat.dataset.validate(ds)
     _same(expected, ds)
     # the finished store is an ordinary error dataset
     _same(expected, tolstat.open_errors(tmp_path / "r.zarr"))

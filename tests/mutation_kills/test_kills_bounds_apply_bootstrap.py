@@ -3,7 +3,7 @@
 References: the closed forms in the docstrings (the conservative GPD tail bound, the
 Sidak split, the GPD return level), scipy (``kstest``, ``genpareto``, ``norm``,
 ``chi2``), numpy quantiles, and direct calls of the documented functions for the
-plumbing of :func:`tolstat.models.estimators.fit` and :func:`tolstat.calibrate`.
+plumbing of :func:`tolstat.models.estimators.fit` and :func:`tolstat.calibration.calibrate`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from scipy import stats
 
 import tolstat
 from estimators_helpers import make_errors
-from tolstat.calibration.bounds import TailOptions, split_budget, tail_fit
+from tolstat.calibration.bounds import TailOptions, tail_fit
+from tolstat._base.inference import split_budget
 from tolstat.models.estimators import fit, group_values
 from tolstat.models.estimators.bootstrap import bootstrap_quantile_bound, bootstrap_return_level_bound
 from tolstat.models.estimators.evt import pot_fit
@@ -37,7 +38,7 @@ def test_conservative_tail_bound_is_the_documented_closed_form(seed):
     rng = np.random.default_rng(seed)
     x = rng.exponential(size=600) if seed == 0 else stats.genpareto.rvs(0.2, size=600, random_state=rng)
     a, g = 1e-3, 0.9
-    cal = tolstat.calibrate(x, budget=a, confidence=g, method="evt")
+    cal = tolstat.calibration.calibrate(x, budget=a, confidence=g, method="evt")
     t = cal.tail
     xs = np.sort(x)
     y = xs[xs > t["u"]] - t["u"]
@@ -56,7 +57,7 @@ def test_conservative_tail_bound_is_the_documented_closed_form(seed):
 def test_conservative_tail_bound_uses_the_fitted_scale_for_a_shape_below_one():
     # a fitted 0 < xi < 1 keeps the fitted sigma (the mean excess is only the xi <= 0 case)
     x = stats.genpareto.rvs(0.5, size=600, random_state=np.random.default_rng(3))
-    cal = tolstat.calibrate(x, budget=1e-3, confidence=0.9, method="evt")
+    cal = tolstat.calibration.calibrate(x, budget=1e-3, confidence=0.9, method="evt")
     t = cal.tail
     assert 0 < t["xi"] < 1
     k = int(np.sum(x > t["u"]))
@@ -92,7 +93,7 @@ def test_tail_fit_with_too_few_runs_says_how_many_are_needed():
 def test_bootstrap_tail_bound_passes_confidence_and_resamples(g):
     x = np.random.default_rng(5).exponential(size=600)
     opts = TailOptions(bound="bootstrap", n_resamples=300)
-    cal = tolstat.calibrate(x, budget=1e-3, confidence=g, method="evt", tail=opts, seed=2)
+    cal = tolstat.calibration.calibrate(x, budget=1e-3, confidence=g, method="evt", tail=opts, seed=2)
     ref = bootstrap_return_level_bound(x, 1e-3, confidence=g, n_resamples=300, method="percentile",
                                        resampling="parametric", seed=2)
     assert cal.threshold == max(ref.bound, float(x.max()))
@@ -106,7 +107,7 @@ def test_evt_refusal_names_the_order_statistic_minimum():
                              r"\(n >= ln\(1-confidence\)/ln\(1-budget\)\); have n = 20; the tail model was "
                              r"refused: n = 20 < 50 runs required for a tail model; n = 20 < 31 runs needed for a "
                              r"tail fit\. Collect at least 2995 runs, or raise fp_budget$"):
-        tolstat.calibrate(x, budget=1e-3, method="evt")
+        tolstat.calibration.calibrate(x, budget=1e-3, method="evt")
 
 
 # ------------------------------------------------------------------ estimators.bootstrap

@@ -2,7 +2,7 @@
 
 Each test checks a documented behaviour of the certified thresholds against an
 independent reference: the documented definition (the seeded split of
-:func:`tolstat.calibration.engine.split_units`, "a third of a small group's units" for own pools,
+:func:`tolstat.calibration.units.split_units`, "a third of a small group's units" for own pools,
 the resolution rule of the normalisers), a closed form (the smallest number of inexact
 units that bounds a median at the stated confidence), or the stated wording of a
 guarantee and of the errors that name their argument.
@@ -15,7 +15,9 @@ import math
 import numpy as np
 import pytest
 
-from tolstat.calibration.engine import UnreachableThresholdWarning, certify, collapse, fit_normalisers
+from tolstat.calibration.certificate import UnreachableThresholdWarning
+from tolstat.calibration.engine import certify
+from tolstat.calibration.units import collapse, fit_normalisers
 
 
 def _seeded_split(n: int, n_fit: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -30,11 +30,11 @@ from estimators_helpers import make_errors
 
 
 # ------------------------------------------------------------------ bounds
-def test_tail_options_provenance_uses_the_select_keyword_names():
+def test_tail_options_provenance_uses_the_field_names():
     d = TailOptions(n_resamples=200, min_tail_runs=80, max_extrapolation=50.0, tail_fraction=0.2,
                     min_exceedances=40, bound="bootstrap").to_dict()
     assert d == {"n_resamples": 200, "min_tail_runs": 80, "max_extrapolation": 50.0, "tail_fraction": 0.2,
-                 "min_exceedances": 40, "tail_bound": "bootstrap"}
+                 "min_exceedances": 40, "bound": "bootstrap"}
 
 
 # ------------------------------------------------------------------ checks
@@ -158,8 +158,8 @@ def test_select_passes_its_seed_to_the_scale_fit_subsample():
 
     ds = tolstat.collect(kernel, ref, lambda r: tolstat.Inputs(args=(r.standard_normal((8, 8)),)),
                          op="mul3", dtype="float16", runs=120, hardware="cpu", seed=0, progress=False)
-    opts = tolstat.ScaleOptions(max_points=200)  # 7680 elements: a seeded subsample of 200
-    from tolstat.calibration.engine import split_units
+    opts = tolstat.models.ScaleOptions(max_points=200)  # 7680 elements: a seeded subsample of 200
+    from tolstat.calibration.units import split_units
 
     models = {}
     for seed in (3, 4):

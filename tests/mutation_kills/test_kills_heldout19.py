@@ -58,7 +58,7 @@ def test_tail_fit_of_a_tail_heavier_than_xi_1_is_inadequate():
     assert f.tail["gof_p"] >= 0.05
     assert f.why_not == f"tail too heavy (xi = {f.tail['xi']:.3g} >= 1: infinite mean)"
     with pytest.raises(tolstat.NotEnoughData, match=r"tail too heavy \(xi = 1\.59 >= 1: infinite mean\)"):
-        tolstat.calibrate(x, budget=1e-3, method="evt")
+        tolstat.calibration.calibrate(x, budget=1e-3, method="evt")
 
 
 # ------------------------------------------------------------------ checks (operator form)

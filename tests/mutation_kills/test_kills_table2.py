@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from table_helpers import group as _group, table as _table
-from tolstat.calibration.table import ToleranceTable, check_table_data, load_table
+from tolstat.calibration.table import ToleranceTable, load_table
+from tolstat.calibration.table_format import check_table_data
 
 
 def _bare_stat(threshold):
