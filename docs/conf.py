@@ -29,7 +29,7 @@ extensions = [
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build", "api/generated/*.md"]
-templates_path: list[str] = []
+templates_path = ["_templates"]
 
 # Markdown pages: heading anchors so that links like selection.md#budget resolve
 myst_heading_anchors = 3
@@ -38,6 +38,7 @@ myst_enable_extensions = ["colon_fence"]
 # API reference from the numpydoc docstrings
 autosummary_generate = True
 autosummary_imported_members = True
+autosummary_ignore_module_all = False  # a module documents the names of its __all__
 autodoc_typehints = "none"  # the numpydoc "Parameters" sections carry the types
 autodoc_default_options = {"members": False}
 numpydoc_show_class_members = False
