@@ -50,7 +50,7 @@ SUBTLE_FOCUS = ("matmul_lowp_acc", "mean_lowp_acc", "cumsum_lowp_carry",
 
 # ------------------------------------------------------------------------- collection
 def _baseline(out, ref, dtype):
-    from tolstat.measure.noise import unit_roundoff
+    from tolstat._base.dtypes import unit_roundoff
 
     d = np.abs(out.astype(np.float64) - ref)
     if not np.isfinite(d).all():

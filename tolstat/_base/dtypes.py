@@ -14,7 +14,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-__all__ = ["TargetDtype", "SUPPORTED_DTYPES", "target_dtype", "canonical_dtype"]
+__all__ = ["TargetDtype", "SUPPORTED_DTYPES", "target_dtype", "canonical_dtype", "round_to_format", "unit_roundoff"]
 
 
 @dataclass(frozen=True)
@@ -149,3 +149,81 @@ def canonical_dtype(dtype: Any) -> str:
 def target_dtype(dtype: Any) -> TargetDtype:
     """Return the :class:`TargetDtype` for any spelling of a supported dtype."""
     return SUPPORTED_DTYPES[canonical_dtype(dtype)]
+
+
+def round_to_format(x: Any, dtype: Any, *, overflow: str = "inf") -> np.ndarray:
+    """Round values to a target dtype once: nearest even, gradual underflow.
+
+    The one rounding of tolstat to an output format. numpy rounds float64 to
+    float16/float32 correctly, but ml_dtypes' casts to bfloat16 and float8 go through
+    float32 and can round twice; for those formats the rounding is done in float64 with
+    ``frexp``/``rint`` and the final cast is exact.
+
+    Parameters
+    ----------
+    x : array_like
+        Real values (any float dtype; NaN and infinities pass through).
+    dtype : str or dtype
+        A supported target dtype (:data:`SUPPORTED_DTYPES`).
+    overflow : {"inf", "clamp"}
+        ``"inf"``: what a kernel storing the value gets (IEEE: past the largest finite
+        value plus half an ULP, +-inf; NaN in a format without infinities);
+        ``"clamp"``: +-the largest finite value (the reference of a ULP distance).
+
+    Returns
+    -------
+    numpy.ndarray
+        Array of the target dtype.
+    """
+    if overflow not in ("inf", "clamp"):
+        raise ValueError(f"overflow must be 'inf' or 'clamp', got {overflow!r}")
+    td = target_dtype(dtype)
+    x64 = np.asarray(x, dtype=np.float64)
+    finite = np.isfinite(x64)
+    if overflow == "clamp":
+        x64 = np.where(finite, np.clip(x64, -td.max, td.max), x64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        if td.name in ("float16", "float32", "float64"):
+            return x64.astype(td.np_dtype)
+        fi = _finfo(td.np_dtype)
+        p = int(fi.nmant) + 1
+        emin = int(np.log2(td.tiny)) + 1  # frexp exponent of the smallest normal
+        _, ex = np.frexp(x64)
+        ex = np.maximum(ex, emin)
+        q = np.ldexp(np.rint(np.ldexp(x64, p - ex)), ex - p)
+        q = np.where(finite, q, x64)
+        if overflow == "inf":
+            q = np.where(finite & (np.abs(q) > td.max), np.copysign(np.inf if td.has_inf else np.nan, x64), q)
+        return q.astype(td.np_dtype)
+
+
+_PRECISION = {  # significand bits including the implicit one
+    "float16": 11,
+    "bfloat16": 8,
+    "float32": 24,
+    "float64": 53,
+    "float8_e4m3fn": 4,
+    "float8_e5m2": 3,
+}
+
+
+def unit_roundoff(dtype: Any) -> float:
+    """Unit roundoff ``u = 2**-p`` of a floating-point format (half its machine epsilon).
+
+    Parameters
+    ----------
+    dtype : str or dtype
+        Any spelling :func:`tolstat._base.dtypes.canonical_dtype` accepts.
+
+    Returns
+    -------
+    float
+        ``2**-11`` (float16), ``2**-8`` (bfloat16), ``2**-24`` (float32), ``2**-53``
+        (float64), ``2**-4`` (float8_e4m3fn), ``2**-3`` (float8_e5m2).
+
+    Examples
+    --------
+    >>> unit_roundoff("fp16") == 2.0 ** -11
+    True
+    """
+    return 2.0 ** -_PRECISION[canonical_dtype(dtype)]

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from tolstat._base.dtypes import target_dtype
+from tolstat._base.dtypes import round_to_format, target_dtype
 from tolstat._base.validate import float_array
 from tolstat.measure.fused import fused_max
 from tolstat.calibration.bounds import exceedance_probability
@@ -104,6 +104,5 @@ def fast_check(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry,
 def _correctly_rounded(a: np.ndarray, e: np.ndarray, dtype: str) -> bool:
     """Every element of a finite pair is the reference rounded to nearest in ``dtype``
     (the ULP distance of :func:`tolstat.error_metrics` is 0 everywhere)."""
-    with np.errstate(over="ignore"):
-        rn = np.asarray(e, dtype=np.float64).astype(target_dtype(dtype).np_dtype)
+    rn = round_to_format(e, dtype, overflow="clamp")
     return bool(np.array_equal(np.asarray(a).astype(np.float64), rn.astype(np.float64)))

@@ -57,7 +57,6 @@ from tolstat.corpus._base import (
     run_reference,
     store_trunc,
     ulp_distance,
-    unit_roundoff,
 )
 
 # registration order: the modules fill OPS and BUGS on import
@@ -80,7 +79,6 @@ __all__ = [
     "np_dtype",
     "store_trunc",
     "ulp_distance",
-    "unit_roundoff",
     "DTYPES",
     "DISTS",
     "SCALES",

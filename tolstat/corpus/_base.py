@@ -19,6 +19,8 @@ from typing import Any, Callable, Iterator, Mapping
 import ml_dtypes
 import numpy as np
 
+from tolstat._base.dtypes import round_to_format
+
 __all__ = [
     "DTYPES",
     "CATEGORIES",
@@ -31,7 +33,6 @@ __all__ = [
     "cast",
     "store",
     "store_trunc",
-    "unit_roundoff",
     "ulp_distance",
     "cases",
     "make_case",
@@ -103,11 +104,6 @@ def _name(dtype: str | np.dtype | type) -> str:
     return next(k for k, v in DTYPES.items() if v == dt)
 
 
-def unit_roundoff(dtype: str | np.dtype) -> float:
-    """Unit roundoff ``u = eps / 2`` of a storage dtype (2**-11 fp16, 2**-8 bf16)."""
-    return 2.0 ** -_FORMAT[_name(dtype)][0]
-
-
 def smallest_subnormal(dtype: str | np.dtype) -> float:
     """Spacing of the dtype's numbers near zero (its smallest subnormal)."""
     return _FORMAT[_name(dtype)][3]
@@ -116,10 +112,8 @@ def smallest_subnormal(dtype: str | np.dtype) -> float:
 def cast(x: np.ndarray, dtype: str | np.dtype) -> np.ndarray:
     """Round a float64 (or float32) array to a storage dtype, correctly (nearest even).
 
-    numpy's float64 -> float16 cast is correctly rounded, but ml_dtypes' float64 ->
-    bfloat16 cast goes through float32 (double rounding). This rounds in float64 with
-    ``frexp``/``rint`` so both formats are rounded once, with gradual underflow and
-    overflow to infinity.
+    :func:`tolstat._base.dtypes.round_to_format` with IEEE overflow to infinity: both
+    formats are rounded once (ml_dtypes' own float64 -> bfloat16 cast rounds twice).
 
     Parameters
     ----------
@@ -134,21 +128,10 @@ def cast(x: np.ndarray, dtype: str | np.dtype) -> np.ndarray:
         Array of the storage dtype.
     """
     name = _name(dtype)
-    dt = DTYPES[name]
     x = np.asarray(x)
-    if x.dtype == dt:
+    if x.dtype == DTYPES[name]:
         return x.copy()
-    if name == "float16" or x.dtype == F32:
-        return x.astype(dt)
-    p, emin, vmax, _ = _FORMAT[name]
-    x = x.astype(F64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        _, e = np.frexp(x)
-        e = np.maximum(e, emin)  # gradual underflow: fixed spacing below the normal range
-        q = np.ldexp(np.rint(np.ldexp(x, p - e)), e - p)
-        q = np.where(np.abs(q) > vmax, np.copysign(np.inf, x), q)
-        q = np.where(np.isfinite(x), q, x)
-    return q.astype(F32).astype(dt)  # exact: q is representable
+    return round_to_format(x, name, overflow="inf")
 
 
 def store(x: np.ndarray, dtype: np.dtype) -> np.ndarray:

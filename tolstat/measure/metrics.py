@@ -27,7 +27,7 @@ from typing import Any, Mapping
 import numba
 import numpy as np
 
-from tolstat._base.dtypes import TargetDtype, target_dtype
+from tolstat._base.dtypes import TargetDtype, round_to_format, target_dtype
 from tolstat._base.validate import float_array
 from tolstat._base import numba_cache as _numba_cache
 
@@ -135,32 +135,6 @@ def _bits(x: np.ndarray, td: TargetDtype) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=td.np_dtype).view(td.uint_dtype).astype(np.uint64).ravel()
 
 
-def _round_to_target(expected64: np.ndarray, td: TargetDtype) -> np.ndarray:
-    """Round float64 values to the target dtype once (nearest even), clamping to +-max.
-
-    numpy rounds float64 -> float16/float32 correctly, but ml_dtypes' float64 ->
-    bfloat16/float8 casts go through float32 and can double-round a value just above a
-    half-way point; for those formats the rounding is done here in float64 with
-    ``frexp``/``rint`` (gradual underflow included) and the cast is then exact.
-    """
-    e = expected64
-    finite = np.isfinite(e)
-    if td.name == "float64":
-        return e
-    e = np.where(finite, np.clip(e, -td.max, td.max), e)
-    with np.errstate(over="ignore", invalid="ignore"):
-        if td.name in ("float16", "float32"):
-            return e.astype(td.np_dtype)
-        fi = _finfo_of(td)
-        p = int(fi.nmant) + 1
-        emin = int(np.log2(td.tiny)) + 1  # frexp exponent of the smallest normal
-        _, ex = np.frexp(e)
-        ex = np.maximum(ex, emin)
-        q = np.ldexp(np.rint(np.ldexp(e, p - ex)), ex - p)
-        q = np.where(finite, q, e)
-        return q.astype(td.np_dtype)
-
-
 def _finfo_of(td: TargetDtype) -> Any:
     import ml_dtypes
 
@@ -254,7 +228,7 @@ def _ulp16_kernel(a_bits, e64, p, emin, vmax, edge, odd, out):  # pragma: no cov
             continue
         # c = min(|e|, max) as float64 bits
         cb = vmax_bits if mag > vmax else e_bits[i] & 0x7FFFFFFFFFFFFFFF
-        # round to nearest even with gradual underflow (as _round_to_target), on the bits:
+        # round to nearest even with gradual underflow (as round_to_format), on the bits:
         # the index on the format's integer line is c / spacing, rounded, plus the
         # exponent's offset (normal values)
         e_field = cb >> 52
@@ -324,7 +298,7 @@ def _ulp_general(a: np.ndarray, e: np.ndarray, td: TargetDtype) -> np.ndarray:
     e64 = _to_float64(e)
     with np.errstate(over="ignore", invalid="ignore"):
         at = a64.astype(td.np_dtype) if a.dtype != td.np_dtype else a
-    et = _round_to_target(e64, td)
+    et = round_to_format(e64, td.name, overflow="clamp")
     out = np.empty(a64.size, dtype=np.float64)
     _ulp_kernel(_bits(at, td), _bits(et, td), td.bits, out)
     out = out.reshape(a64.shape)

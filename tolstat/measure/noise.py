@@ -67,7 +67,7 @@ from typing import Any
 
 import numpy as np
 
-from tolstat._base.dtypes import canonical_dtype, target_dtype
+from tolstat._base.dtypes import target_dtype, unit_roundoff
 
 __all__ = [
     "FRAC_K",
@@ -80,17 +80,8 @@ __all__ = [
     "run_statistics",
     "score_statistic_names",
     "statistic_names",
-    "unit_roundoff",
 ]
 
-_PRECISION = {  # significand bits including the implicit one
-    "float16": 11,
-    "bfloat16": 8,
-    "float32": 24,
-    "float64": 53,
-    "float8_e4m3fn": 4,
-    "float8_e5m2": 3,
-}
 
 #: default ``k`` of ``op_frac`` (fraction of elements with ``|z_i| > k``)
 FRAC_K = 1.0
@@ -108,28 +99,6 @@ STATISTICS: dict[str, str] = {
     "op_row_rms_mean": "mean over rows of the row RMS of z (row-wise ops; NaN otherwise)",
     "op_row_bias_max": "largest |sum_j (actual_j - RN(ref_j))| / sqrt(sum_j s_j^2) over rows (row-wise ops)",
 }
-
-
-def unit_roundoff(dtype: Any) -> float:
-    """Unit roundoff ``u = 2**-p`` of a floating-point format (half its machine epsilon).
-
-    Parameters
-    ----------
-    dtype : str or dtype
-        Any spelling :func:`tolstat._base.dtypes.canonical_dtype` accepts.
-
-    Returns
-    -------
-    float
-        ``2**-11`` (float16), ``2**-8`` (bfloat16), ``2**-24`` (float32), ``2**-53``
-        (float64), ``2**-4`` (float8_e4m3fn), ``2**-3`` (float8_e5m2).
-
-    Examples
-    --------
-    >>> unit_roundoff("fp16") == 2.0 ** -11
-    True
-    """
-    return 2.0 ** -_PRECISION[canonical_dtype(dtype)]
 
 
 def _f64(x: Any, name: str) -> np.ndarray:
