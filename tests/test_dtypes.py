@@ -1,0 +1,72 @@
+"""tolstat._base.dtypes: the one rounding to an output format and the unit roundoffs."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tolstat._base.dtypes import round_to_format, target_dtype, unit_roundoff
+
+
+def _nearest_even(x: float, grid: np.ndarray) -> float:
+    """The value of a sorted grid of representable numbers nearest to x (ties: even bit pattern)."""
+    i = int(np.searchsorted(grid, x))
+    lo, hi = grid[max(i - 1, 0)], grid[min(i, grid.size - 1)]
+    dlo, dhi = abs(Fraction(x) - Fraction(float(lo))), abs(Fraction(float(hi)) - Fraction(x))
+    if dlo != dhi:
+        return float(lo if dlo < dhi else hi)
+    return float(lo if (np.array(lo, dtype=ml_dtypes.bfloat16).view(np.uint16) % 2 == 0) else hi)
+
+
+def test_bfloat16_is_rounded_once_where_a_cast_through_float32_rounds_twice():
+    grid = np.arange(0, 0x7F80, dtype=np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)  # 0 .. max finite
+    # just above the half-way point between two bfloat16 numbers, below float32's resolution
+    x = 1.0 + 2.0 ** -8 + 2.0 ** -30
+    assert float(np.float64(x).astype(np.float32).astype(ml_dtypes.bfloat16)) == 1.0  # double rounding
+    assert float(round_to_format(x, "bfloat16")) == _nearest_even(x, grid) == 1.0 + 2.0 ** -7
+    rng = np.random.default_rng(3)
+    xs = rng.standard_normal(300) * 10.0 ** rng.integers(-30, 30, 300)
+    got = round_to_format(xs, "bfloat16").astype(np.float64)
+    want = [np.sign(v) * _nearest_even(abs(v), grid) for v in xs]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", ["float16", "float32"])
+def test_numpy_formats_equal_numpys_correctly_rounded_cast(name):
+    rng = np.random.default_rng(1)
+    xs = rng.standard_normal(1000) * 10.0 ** rng.integers(-10, 10, 1000)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(round_to_format(xs, name), xs.astype(target_dtype(name).np_dtype))
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16"])
+def test_overflow_is_infinite_or_clamped_as_asked(name):
+    mx = target_dtype(name).max
+    big = np.array([mx * 1.5, -mx * 1.5, np.inf, np.nan, mx])
+    inf = round_to_format(big, name).astype(np.float64)
+    clamp = round_to_format(big, name, overflow="clamp").astype(np.float64)
+    np.testing.assert_array_equal(inf[:3], [np.inf, -np.inf, np.inf])
+    np.testing.assert_array_equal(clamp[:3], [mx, -mx, np.inf])
+    assert np.isnan(inf[3]) and np.isnan(clamp[3]) and inf[4] == clamp[4] == mx
+    with pytest.raises(ValueError, match="overflow must be 'inf' or 'clamp', got 'wrap'"):
+        round_to_format(big, name, overflow="wrap")
+
+
+def test_a_format_without_infinities_overflows_to_nan():
+    mx = target_dtype("float8_e4m3fn").max
+    assert np.isnan(float(round_to_format(mx * 4, "float8_e4m3fn")))
+    assert float(round_to_format(mx * 4, "float8_e4m3fn", overflow="clamp")) == mx
+
+
+def test_gradual_underflow_keeps_subnormals_and_the_sign_of_zero():
+    tiny = float(ml_dtypes.finfo(ml_dtypes.bfloat16).smallest_subnormal)
+    out = round_to_format(np.array([tiny, tiny * 0.4, -0.0, tiny * 1.6]), "bfloat16").astype(np.float64)
+    assert out[0] == tiny and out[1] == 0.0 and np.signbit(out[2]) and out[3] == 2 * tiny
+
+
+@pytest.mark.parametrize("name, p", [("float16", 11), ("bfloat16", 8), ("float32", 24), ("float64", 53)])
+def test_unit_roundoff_is_half_the_machine_epsilon(name, p):
+    assert unit_roundoff(name) == 2.0 ** -p == target_dtype(name).eps / 2
