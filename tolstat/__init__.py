@@ -34,7 +34,7 @@ _LAZY: dict[str, str] = {
     "fit": "models.estimators",
     "select": "calibration.selection", "certify": "calibration.engine", "NotEnoughData": "_base.util",
     "ToleranceTable": "calibration.table", "load_table": "calibration.table",
-    "CheckResult": "checks.checking", "assert_close": "checks.checking", "check": "checks.checking",
+    "CheckResult": "checks.result", "assert_close": "checks.checking", "check": "checks.checking",
     "check_runs": "checks.checking",
     "CompareResult": "assess.comparison", "compare": "assess.comparison",
     "ShiftResult": "assess.hwshift", "shift": "assess.hwshift",
@@ -51,7 +51,8 @@ if TYPE_CHECKING:  # static analysers see the eager imports
     from tolstat.calibration.engine import certify
     from tolstat.calibration.selection import select
     from tolstat.calibration.table import ToleranceTable, load_table
-    from tolstat.checks.checking import CheckResult, assert_close, check, check_runs
+    from tolstat.checks.checking import assert_close, check, check_runs
+    from tolstat.checks.result import CheckResult
     from tolstat.dataset.collection import collect, from_pairs
     from tolstat.dataset.runs import Inputs
     from tolstat.dataset.io import open_errors, save

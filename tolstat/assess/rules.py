@@ -21,7 +21,7 @@ import numpy as np
 import xarray as xr
 
 from tolstat.models.scale import ScaleModel, run_scores
-from tolstat.calibration.decision import entry_run_values, exceeds
+from tolstat.calibration.decision import entry_run_values, ratio
 from tolstat._base.util import ANY
 from tolstat.calibration.selection import select
 
@@ -130,18 +130,6 @@ def _split_key(k: str) -> tuple[str, str, str]:
     return op, dt, hw
 
 
-def _ratio(x: np.ndarray, thr: float) -> np.ndarray:
-    """``x / thr`` with ``0/0 = 0`` (a zero threshold passes only exact results), such that
-    ``ratio > 1`` exactly when the check's comparison (:func:`tolstat.calibration.decision.exceeds`) fails."""
-    x = np.asarray(x, dtype=np.float64)
-    if thr == 0.0:
-        return np.where(x > 0, np.inf, np.where(np.isnan(x), np.nan, 0.0))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = x / thr
-    over = exceeds(x, thr)
-    return np.where(over, np.maximum(r, np.nextafter(1.0, 2.0)), np.where(np.isnan(x), np.nan, np.minimum(r, 1.0)))
-
-
 def _per_block(ds: xr.Dataset, fn: Any, sample_vars: Sequence[str]) -> np.ndarray:
     """``fn`` over contiguous blocks of runs, each block's ``sample_vars`` read once.
 
@@ -246,7 +234,7 @@ class StudyRule(Rule):
                 t = thr.get(_split_key(k), math.nan)
                 if not math.isnan(t):
                     m = kk == k
-                    out[m] = _ratio(x[m], t)
+                    out[m] = ratio(x[m], t)
             return out
 
         return Fitted(thr, reasons, score)
@@ -317,7 +305,7 @@ class SelectRule(Rule):
                 r = np.zeros(idx.size)
                 # the decision values check compares (tolstat.calibration.decision), as select certified them
                 for name, x in entry_run_values(sub, ent).items():
-                    r = np.maximum(r, _ratio(x, ent.statistics[name].threshold))
+                    r = np.maximum(r, ratio(x, ent.statistics[name].threshold))
                 out[idx] = r
             return out
 

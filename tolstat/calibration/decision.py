@@ -35,7 +35,7 @@ from tolstat.measure.metrics import ErrorMetrics
 from tolstat.models.statistics import correctly_rounded
 from tolstat.models.statistics import get as get_statistic
 
-__all__ = ["run_values", "pair_value", "exceeds", "pair_is_correctly_rounded", "entry_run_values", "entry_failed_runs"]
+__all__ = ["run_values", "pair_value", "exceeds", "ratio", "pair_is_correctly_rounded", "entry_run_values", "entry_failed_runs"]
 
 
 def _run_correctly_rounded(ds: Any) -> np.ndarray:
@@ -111,3 +111,16 @@ def exceeds(value: Any, threshold: float) -> Any:
     ``inf`` (non-finite output) always does.
     """
     return np.greater(value, threshold)
+
+
+def ratio(x: Any, thr: float) -> np.ndarray:
+    """``x / thr`` with ``0/0 = 0`` (a zero threshold passes only exact results), such that
+    ``ratio > 1`` exactly when the check's comparison (:func:`exceeds`) fails: the ratio a
+    check reports and :func:`tolstat.compare` scores."""
+    x = np.asarray(x, dtype=np.float64)
+    if thr == 0.0:
+        return np.where(x > 0, np.inf, np.where(np.isnan(x), np.nan, 0.0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = x / thr
+    over = exceeds(x, thr)
+    return np.where(over, np.maximum(r, np.nextafter(1.0, 2.0)), np.where(np.isnan(x), np.nan, np.minimum(r, 1.0)))

@@ -9,7 +9,6 @@ with its threshold, and says how unlikely the observed error is for a correct ke
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -25,85 +24,11 @@ from tolstat.measure.metrics import metric_covariates
 from tolstat.models.statistics import op_score, pair_op_statistics
 from tolstat.measure.noise import noise_scale
 from tolstat.calibration.table import ToleranceEntry, ToleranceTable
-from tolstat.calibration.decision import entry_failed_runs, exceeds, pair_is_correctly_rounded, pair_value
+from tolstat.calibration.decision import entry_failed_runs, pair_is_correctly_rounded, pair_value
 from tolstat.checks.fast import cached_entry, fast_check
+from tolstat.checks.result import CheckResult
 
-__all__ = ["CheckResult", "check", "check_runs", "check_metrics", "assert_close"]
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    """Outcome of one check of a kernel output against its reference.
-
-    Attributes
-    ----------
-    passed : bool
-        Every statistic is at or below its threshold.
-    op, dtype, hardware : str
-        The table group used (``hardware`` may be ``"*"``); ``fallback`` says how it
-        was found.
-    statistics : dict
-        ``{name: value}`` of the check statistics.
-    thresholds : dict
-        ``{name: threshold}``.
-    ratios : dict
-        ``{name: value / threshold}`` (``inf`` for a positive value over a 0 threshold).
-    probabilities : dict
-        ``{name: estimated probability that a correct run reaches this value}``.
-    notes : dict
-        ``{name: how the probability was estimated}`` (empirical, GPD tail beyond the
-        data, ...).
-    failed : tuple of str
-        Statistics over their threshold.
-    worst_index : tuple of int
-        Index of the element with the largest (normalised) error.
-    worst_actual, worst_expected, worst_error, worst_allowed : float
-        Its values, ``|d|`` and the largest ``|d|`` the max threshold allows there.
-    n_elements, n_exceeding, n_nonfinite : int
-        Elements compared, over their elementwise allowance, with NaN/Inf outputs.
-    atol, rtol : float
-        Allclose-form equivalent of the max threshold (NaN where there is none).
-    fp_budget, confidence : float
-        The table's promise for this check.
-    methods : dict
-        ``{name: calibration method}``.
-    """
-
-    passed: bool
-    op: str
-    dtype: str
-    hardware: str
-    fallback: str
-    statistics: dict[str, float]
-    thresholds: dict[str, float]
-    ratios: dict[str, float]
-    probabilities: dict[str, float]
-    notes: dict[str, str]
-    failed: tuple[str, ...]
-    worst_index: tuple[int, ...]
-    worst_actual: float
-    worst_expected: float
-    worst_error: float
-    worst_allowed: float
-    n_elements: int
-    n_exceeding: int
-    n_nonfinite: int
-    atol: float
-    rtol: float
-    fp_budget: float
-    confidence: float
-    methods: dict[str, str] = field(default_factory=dict)
-    n_calibration: int = 0
-    guarantee: str = ""
-    #: every element is the reference rounded to nearest: the output passes every threshold
-    correctly_rounded: bool = False
-
-    def __bool__(self) -> bool:
-        return self.passed
-
-    def message(self) -> str:
-        """Human-readable explanation (the :func:`assert_close` message)."""
-        return _message(self)
+__all__ = ["check", "check_runs", "check_metrics", "assert_close"]
 
 
 def check(
@@ -174,8 +99,8 @@ def check(
     fast = fast_check(a, e, ent, covariates)  # one fused pass where the entry allows it
     # a fast pass is final; a fast failure is re-checked on the general path, which also
     # lets elements equal to the correctly rounded reference pass (check_metrics)
-    if fast is not None and fast["passed"]:
-        return CheckResult(**fast)
+    if fast is not None and fast.passed:
+        return fast
     m = error_metrics(a, e, dtype=dt, allow_nan=allow_nan)
     return check_metrics(m, a, e, ent, covariates, magnitude=magnitude)
 
@@ -209,11 +134,6 @@ def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceE
         if k != name:
             values[k] = pair_value(m, k, ent.scale, cov, ent.dtype)
     thresholds = {k: ent.statistics[k].threshold for k in values}
-    ratios = {}
-    for k, v in values.items():
-        t = thresholds[k]
-        ratios[k] = v / t if t > 0 else (0.0 if v == 0 else math.inf)
-    failed = tuple(k for k, v in values.items() if exceeds(v, thresholds[k]))
     probs, notes = {}, {}
     for k, v in values.items():
         probs[k], notes[k] = exceedance_probability(v, ent.statistics[k])
@@ -226,16 +146,13 @@ def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceE
         atol, rtol = ent.allclose(cov)
     except (ValueError, KeyError):
         atol, rtol = math.nan, math.nan
-    return CheckResult(
-        passed=not failed, op=ent.op, dtype=ent.dtype, hardware=ent.hardware, fallback=ent.fallback,
-        statistics=values, thresholds=thresholds, ratios=ratios, probabilities=probs, notes=notes,
-        failed=failed, worst_index=idx, worst_actual=float(a64[worst]), worst_expected=float(e64[worst]),
+    return CheckResult.of_entry(
+        ent, values, thresholds, probabilities=probs, notes=notes,
+        worst_index=idx, worst_actual=float(a64[worst]), worst_expected=float(e64[worst]),
         worst_error=float(m.abs[worst]),
         worst_allowed=float(allowed[worst]) if allowed is not None else math.nan,
         n_elements=m.n_elements, n_exceeding=n_exc, n_nonfinite=m.n_nonfinite, atol=atol, rtol=rtol,
-        fp_budget=ent.fp_budget, confidence=ent.confidence,
-        methods={k: ent.statistics[k].method for k in values}, n_calibration=ent.n,
-        guarantee=str((ent.certificate or {}).get("guarantee", "")), correctly_rounded=cr,
+        correctly_rounded=cr,
     )
 
 
@@ -272,9 +189,6 @@ def _check_operator(m: ErrorMetrics, actual: Any, expected: Any, ent: ToleranceE
     s, which = float(s), str(which)
     values = {"op_score": s, **{k: float(stats[k]) for k in q}}
     thresholds = {"op_score": thr, **{k: thr * q[k] for k in q}}
-    ratios = {k: (v / thresholds[k] if thresholds[k] > 0 else (0.0 if v == 0 else math.inf))
-              for k, v in values.items()}
-    failed = tuple(k for k, v in values.items() if v > thresholds[k])
     sc = noise_scale(np.asarray(expected, dtype=np.float64), dtype=ent.dtype, magnitude=mag, K=K)
     sc = sc.ravel()
     z = np.where(np.asarray(m.nonfinite).ravel(), np.inf, np.asarray(m.abs).ravel() / sc)
@@ -284,79 +198,17 @@ def _check_operator(m: ErrorMetrics, actual: Any, expected: Any, ent: ToleranceE
     note = ("no probability quoted: the threshold is an order statistic of the combined score"
             + (f"; {which} trips first" if which else ""))
     shape = m.shape
-    return CheckResult(
-        passed=not bool(exceeds(s, thr)), op=ent.op, dtype=ent.dtype, hardware=ent.hardware, fallback=ent.fallback,
-        statistics=values, thresholds=thresholds, ratios=ratios,
-        probabilities={k: math.nan for k in values}, notes={k: note for k in values}, failed=failed,
+    return CheckResult.of_entry(
+        ent, values, thresholds, probabilities={k: math.nan for k in values}, notes={k: note for k in values},
+        decisive="op_score", methods={k: ent.statistics["op_score"].method for k in values},
         worst_index=tuple(int(i) for i in np.unravel_index(worst, shape)) if shape else (),
         worst_actual=float(np.asarray(actual, dtype=np.float64).ravel()[worst]) if z.size else math.nan,
         worst_expected=float(np.asarray(expected, dtype=np.float64).ravel()[worst]) if z.size else math.nan,
         worst_error=float(m.abs.ravel()[worst]) if z.size else 0.0,
         worst_allowed=float(allowed[worst]) if z.size else math.nan,
         n_elements=m.n_elements, n_exceeding=int(np.sum(m.abs.ravel() > allowed)), n_nonfinite=m.n_nonfinite,
-        atol=math.nan, rtol=math.nan, fp_budget=ent.fp_budget, confidence=ent.confidence,
-        methods={k: ent.statistics["op_score"].method for k in values}, n_calibration=ent.n,
-        guarantee=str(cert.get("guarantee", "")), correctly_rounded=pair_is_correctly_rounded(m),
+        atol=math.nan, rtol=math.nan, correctly_rounded=pair_is_correctly_rounded(m),
     )
-
-
-def _describe(name: str) -> str:
-    try:
-        return get_statistic(name).description
-    except ValueError:
-        return name
-
-
-def _fmt_p(p: float) -> str:
-    if p == 0:
-        return "0"
-    return f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
-
-
-def _message(r: CheckResult) -> str:
-    hw = r.hardware if r.fallback == "exact" else f"{r.hardware} ({r.fallback})"
-    head = "passed" if r.passed else "FAILED"
-    lines = [f"tolstat check {head}: op={r.op!r}, dtype={r.dtype!r}, hardware={hw}"]
-    for k, v in r.statistics.items():
-        mark = "FAIL" if k in r.failed else "ok"
-        lines.append(
-            f"  [{mark}] {k} = {v:.6g} vs threshold {r.thresholds[k]:.6g} ({r.ratios[k]:.3g}x the threshold; "
-            f"{_describe(k)}; calibrated by {r.methods.get(k, '?')} on {r.n_calibration} runs)"
-        )
-    if math.isfinite(r.atol):
-        lines.append(f"  allowed per element: |actual - expected| <= atol + rtol*|expected| with "
-                     f"atol={r.atol:.4g}, rtol={r.rtol:.4g}")
-    idx = ", ".join(map(str, r.worst_index))
-    allowed = "" if not math.isfinite(r.worst_allowed) else f", allowed {r.worst_allowed:.4g}"
-    lines.append(f"  worst element at index ({idx}): actual={r.worst_actual!r}, expected={r.worst_expected!r} "
-                 f"(|d|={r.worst_error:.4g}{allowed})")
-    if r.correctly_rounded:
-        lines.append("  the output is correctly rounded (every element is the reference rounded to nearest): "
-                     "it passes every threshold")
-    else:
-        lines.append(f"  {r.n_exceeding} of {r.n_elements} elements exceed their allowance"
-                     + (f"; {r.n_nonfinite} non-finite outputs" if r.n_nonfinite else ""))
-    noted = set()
-    for k in (r.failed or tuple(r.statistics)[:1]):
-        if math.isnan(r.probabilities[k]):
-            if r.notes[k] not in noted:
-                lines.append(f"  {r.notes[k]}")
-            noted.add(r.notes[k])
-            continue
-        lines.append(f"  probability that a correct kernel gives a {k} this large: ~{_fmt_p(r.probabilities[k])} "
-                     f"({r.notes[k]})")
-    if r.guarantee:
-        lines.append(f"  guarantee of this threshold: {r.guarantee}")
-    if "exact" in r.methods.values():
-        lines.append(f"  (this group is exact: the table does not promise its budget {r.fp_budget:g} here; see the "
-                     "guarantee above)")
-    elif "conformal" in r.methods.values():
-        lines.append(f"  (the table promises a marginal false-positive rate <= {r.fp_budget:g} per check, averaged "
-                     "over calibration sets: split conformal, no confidence level)")
-    else:
-        lines.append(f"  (the table promises a false-positive rate <= {r.fp_budget:g} per check at "
-                     f"{r.confidence:g} confidence)")
-    return "\n".join(lines)
 
 
 def assert_close(

@@ -28,6 +28,7 @@ from tolstat.measure.fused import fused_max
 from tolstat.calibration.bounds import exceedance_probability
 from tolstat.models.statistics import bias_score
 from tolstat.calibration.table import ToleranceEntry, ToleranceTable
+from tolstat.checks.result import CheckResult
 
 __all__ = ["cached_entry", "fast_check"]
 
@@ -54,8 +55,8 @@ def cached_entry(table: ToleranceTable, op: str, dtype: str, hardware: str | Non
 
 
 def fast_check(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry,
-               covariates: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The fields of the :class:`tolstat.CheckResult` of one pair, or None where the
+               covariates: Mapping[str, Any] | None) -> CheckResult | None:
+    """The :class:`~tolstat.checks.result.CheckResult` of one pair, or None where the
     general path is needed."""
     name = ent.max_statistic
     score = _FAST_MAX.get(name)
@@ -78,8 +79,6 @@ def fast_check(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry,
         if k == "bias":
             values[k] = 0.0 if cr or r.value == 0 else float(bias_score(r.sum_signed / n, r.sum_abs / n, n))
     thresholds = {k: ent.statistics[k].threshold for k in values}
-    ratios = {k: (v / thresholds[k] if thresholds[k] > 0 else (0.0 if v == 0 else math.inf)) for k, v in values.items()}
-    failed = tuple(k for k, v in values.items() if not v <= thresholds[k])
     probs, notes = {}, {}
     for k, v in values.items():
         probs[k], notes[k] = exceedance_probability(v, ent.statistics[k])
@@ -89,15 +88,12 @@ def fast_check(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry,
         atol, rtol = ent.allclose(covariates)
     except (ValueError, KeyError):
         atol, rtol = math.nan, math.nan
-    return dict(
-        passed=not failed, op=ent.op, dtype=ent.dtype, hardware=ent.hardware, fallback=ent.fallback,
-        statistics=values, thresholds=thresholds, ratios=ratios, probabilities=probs, notes=notes,
-        failed=failed, worst_index=idx, worst_actual=r.actual, worst_expected=r.expected,
+    return CheckResult.of_entry(
+        ent, values, thresholds, probabilities=probs, notes=notes,
+        worst_index=idx, worst_actual=r.actual, worst_expected=r.expected,
         worst_error=abs(r.actual - r.expected), worst_allowed=float(allowed),
         n_elements=n, n_exceeding=0 if cr else r.n_exceeding, n_nonfinite=0, atol=atol, rtol=rtol,
-        fp_budget=ent.fp_budget, confidence=ent.confidence,
-        methods={k: ent.statistics[k].method for k in values}, n_calibration=ent.n,
-        guarantee=str((ent.certificate or {}).get("guarantee", "")), correctly_rounded=bool(cr or r.value == 0),
+        correctly_rounded=bool(cr or r.value == 0),
     )
 
 

@@ -37,7 +37,7 @@ Fixtures and marker
 ``tolstat_check``
     ``tolstat_check(actual, expected, *, op=None, dtype=None, covariates=None,
     hardware=None)``: :func:`tolstat.assert_close` with the session table; returns the
-    :class:`~tolstat.checks.checking.CheckResult`. Session-scoped (safe in Hypothesis ``@given``
+    :class:`~tolstat.checks.result.CheckResult`. Session-scoped (safe in Hypothesis ``@given``
     tests); ``op``/``dtype``/``covariates`` default to those of the test's
     ``@pytest.mark.tolstat(op=..., dtype=..., covariates=...)`` marker.
 """

@@ -1,0 +1,177 @@
+"""The result of one check: :class:`CheckResult`, its verdict and its message.
+
+:meth:`CheckResult.of_entry` is the one place a check's verdict is formed from the decision
+values (:mod:`tolstat.calibration.decision`), for the general path, the operator path and
+the fused fast path of :mod:`tolstat.checks.checking`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from tolstat.calibration.decision import exceeds, ratio
+from tolstat.models.statistics import get as get_statistic
+
+__all__ = ["CheckResult"]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """Outcome of one check of a kernel output against its reference.
+
+    Attributes
+    ----------
+    passed : bool
+        Every statistic is at or below its threshold.
+    op, dtype, hardware : str
+        The table group used (``hardware`` may be ``"*"``); ``fallback`` says how it
+        was found.
+    statistics : dict
+        ``{name: value}`` of the check statistics.
+    thresholds : dict
+        ``{name: threshold}``.
+    ratios : dict
+        ``{name: value / threshold}`` (``inf`` for a positive value over a 0 threshold).
+    probabilities : dict
+        ``{name: estimated probability that a correct run reaches this value}``.
+    notes : dict
+        ``{name: how the probability was estimated}`` (empirical, GPD tail beyond the
+        data, ...).
+    failed : tuple of str
+        Statistics over their threshold.
+    worst_index : tuple of int
+        Index of the element with the largest (normalised) error.
+    worst_actual, worst_expected, worst_error, worst_allowed : float
+        Its values, ``|d|`` and the largest ``|d|`` the max threshold allows there.
+    n_elements, n_exceeding, n_nonfinite : int
+        Elements compared, over their elementwise allowance, with NaN/Inf outputs.
+    atol, rtol : float
+        Allclose-form equivalent of the max threshold (NaN where there is none).
+    fp_budget, confidence : float
+        The table's promise for this check.
+    methods : dict
+        ``{name: calibration method}``.
+    """
+
+    passed: bool
+    op: str
+    dtype: str
+    hardware: str
+    fallback: str
+    statistics: dict[str, float]
+    thresholds: dict[str, float]
+    ratios: dict[str, float]
+    probabilities: dict[str, float]
+    notes: dict[str, str]
+    failed: tuple[str, ...]
+    worst_index: tuple[int, ...]
+    worst_actual: float
+    worst_expected: float
+    worst_error: float
+    worst_allowed: float
+    n_elements: int
+    n_exceeding: int
+    n_nonfinite: int
+    atol: float
+    rtol: float
+    fp_budget: float
+    confidence: float
+    methods: dict[str, str] = field(default_factory=dict)
+    n_calibration: int = 0
+    guarantee: str = ""
+    #: every element is the reference rounded to nearest: the output passes every threshold
+    correctly_rounded: bool = False
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def message(self) -> str:
+        """Human-readable explanation (the :func:`~tolstat.checks.checking.assert_close` message)."""
+        return _message(self)
+
+    @classmethod
+    def of_entry(cls, entry: Any, values: Mapping[str, float], thresholds: Mapping[str, float], *,
+                 probabilities: Mapping[str, float], notes: Mapping[str, str], decisive: str | None = None,
+                 **where: Any) -> "CheckResult":
+        """The result of comparing decision ``values`` with their ``thresholds`` for a table entry.
+
+        The one place where a check's verdict is formed: ``failed`` are the statistics
+        whose value :func:`~tolstat.calibration.decision.exceeds` its threshold, ``ratios``
+        are :func:`~tolstat.calibration.decision.ratio` (over 1 exactly when failed),
+        ``passed`` is that no statistic failed, or, with ``decisive``, that this one (the
+        combined score of an operator entry) did not. The entry gives the group, the
+        promise and the methods; ``where`` the worst element and the element counts.
+        """
+        values = {k: float(v) for k, v in values.items()}
+        thresholds = {k: float(thresholds[k]) for k in values}
+        failed = tuple(k for k, v in values.items() if exceeds(v, thresholds[k]))
+        passed = decisive not in failed if decisive is not None else not failed
+        methods = where.pop("methods", None) or {k: entry.statistics[k].method for k in values}
+        return cls(passed=bool(passed), op=entry.op, dtype=entry.dtype, hardware=entry.hardware,
+                   fallback=entry.fallback, statistics=values, thresholds=thresholds,
+                   ratios={k: float(ratio(v, thresholds[k])) for k, v in values.items()},
+                   probabilities=dict(probabilities), notes=dict(notes), failed=failed,
+                   fp_budget=entry.fp_budget, confidence=entry.confidence, methods=methods,
+                   n_calibration=entry.n, guarantee=str((entry.certificate or {}).get("guarantee", "")),
+                   **where)
+
+
+def _describe(name: str) -> str:
+    try:
+        return get_statistic(name).description
+    except ValueError:
+        return name
+
+
+def _fmt_p(p: float) -> str:
+    if p == 0:
+        return "0"
+    return f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
+
+
+def _message(r: CheckResult) -> str:
+    hw = r.hardware if r.fallback == "exact" else f"{r.hardware} ({r.fallback})"
+    head = "passed" if r.passed else "FAILED"
+    lines = [f"tolstat check {head}: op={r.op!r}, dtype={r.dtype!r}, hardware={hw}"]
+    for k, v in r.statistics.items():
+        mark = "FAIL" if k in r.failed else "ok"
+        lines.append(
+            f"  [{mark}] {k} = {v:.6g} vs threshold {r.thresholds[k]:.6g} ({r.ratios[k]:.3g}x the threshold; "
+            f"{_describe(k)}; calibrated by {r.methods.get(k, '?')} on {r.n_calibration} runs)"
+        )
+    if math.isfinite(r.atol):
+        lines.append(f"  allowed per element: |actual - expected| <= atol + rtol*|expected| with "
+                     f"atol={r.atol:.4g}, rtol={r.rtol:.4g}")
+    idx = ", ".join(map(str, r.worst_index))
+    allowed = "" if not math.isfinite(r.worst_allowed) else f", allowed {r.worst_allowed:.4g}"
+    lines.append(f"  worst element at index ({idx}): actual={r.worst_actual!r}, expected={r.worst_expected!r} "
+                 f"(|d|={r.worst_error:.4g}{allowed})")
+    if r.correctly_rounded:
+        lines.append("  the output is correctly rounded (every element is the reference rounded to nearest): "
+                     "it passes every threshold")
+    else:
+        lines.append(f"  {r.n_exceeding} of {r.n_elements} elements exceed their allowance"
+                     + (f"; {r.n_nonfinite} non-finite outputs" if r.n_nonfinite else ""))
+    noted = set()
+    for k in (r.failed or tuple(r.statistics)[:1]):
+        if math.isnan(r.probabilities[k]):
+            if r.notes[k] not in noted:
+                lines.append(f"  {r.notes[k]}")
+            noted.add(r.notes[k])
+            continue
+        lines.append(f"  probability that a correct kernel gives a {k} this large: ~{_fmt_p(r.probabilities[k])} "
+                     f"({r.notes[k]})")
+    if r.guarantee:
+        lines.append(f"  guarantee of this threshold: {r.guarantee}")
+    if "exact" in r.methods.values():
+        lines.append(f"  (this group is exact: the table does not promise its budget {r.fp_budget:g} here; see the "
+                     "guarantee above)")
+    elif "conformal" in r.methods.values():
+        lines.append(f"  (the table promises a marginal false-positive rate <= {r.fp_budget:g} per check, averaged "
+                     "over calibration sets: split conformal, no confidence level)")
+    else:
+        lines.append(f"  (the table promises a false-positive rate <= {r.fp_budget:g} per check at "
+                     f"{r.confidence:g} confidence)")
+    return "\n".join(lines)
