@@ -261,7 +261,7 @@ def check_runs(errors: Any, table: ToleranceTable, *, hardware_policy: str | Non
     Parameters
     ----------
     errors : xarray.Dataset
-        Error dataset (``tolstat.from_pairs``, ``tolstat.dataset.collection``, ``tolstat.open_errors``).
+        Error dataset (``tolstat.from_pairs``, ``tolstat.collect``, ``tolstat.open_errors``).
         Operator-form groups need its operator statistics (collected with ``magnitude=``).
     table : ToleranceTable
     hardware_policy : {None, "exact", "pooled", "nearest", "error"}

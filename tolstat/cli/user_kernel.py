@@ -3,7 +3,7 @@
 ``--kernel mymod:kern --reference mymod:ref --inputs mymod:make_inputs`` names three
 callables the way ``python -m`` and entry points do: an importable module (the current
 directory is searched first) or a ``.py`` file path, a colon, then an attribute path
-(``mymod:Suite.kernel`` works too). They are passed to :func:`tolstat.dataset.collection`.
+(``mymod:Suite.kernel`` works too). They are passed to :func:`tolstat.collect`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 :func:`tolstat.concat` joins datasets with the same label and covariate names. Records
 written by the pytest plugin (``--tolstat-record``) carry a ``test`` label and the
-covariates each check passed, while calibration data from :func:`tolstat.dataset.collection`
+covariates each check passed, while calibration data from :func:`tolstat.collect`
 carries the labels and covariates of its input generator. :func:`merge_records`
 reconciles them:
 

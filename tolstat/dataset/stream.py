@@ -1,6 +1,6 @@
 """Streaming, resumable collection into a zarr store (for collections too large for memory).
 
-:func:`collect_to_store` does what :func:`tolstat.dataset.collection` does, but writes every run to a
+:func:`collect_to_store` does what :func:`tolstat.collect` does, but writes every run to a
 zarr store (``zarr_format=2``) in blocks of consecutive runs (at most ``min(chunk_runs,
 256)`` runs, or what was measured in one second), so memory stays bounded and a crash
 loses at most the runs of the block in flight: re-running with the same arguments continues where
@@ -342,12 +342,12 @@ def collect_to_store(
     chunks: Any = None,
     overwrite: bool = False,
 ) -> xr.Dataset:
-    """Like :func:`tolstat.dataset.collection`, but stream every run to a resumable zarr store.
+    """Like :func:`tolstat.collect`, but stream every run to a resumable zarr store.
 
     Parameters
     ----------
     kernel, reference, make_inputs, op, dtype, runs, hardware, seed, labels, covariates, sample_size, rel_floor, allow_nan, progress
-        As in :func:`tolstat.dataset.collection` (run ``i`` uses ``numpy.random.default_rng([seed, i])``,
+        As in :func:`tolstat.collect` (run ``i`` uses ``numpy.random.default_rng([seed, i])``,
         so the store equals the in-memory collection).
     store : str or path-like, default "runs.zarr"
         The zarr store (a directory ending in ``.zarr``). If it exists and was made by
@@ -372,7 +372,7 @@ def collect_to_store(
     ------
     ValueError
         The store exists but was made with different arguments (the message lists them),
-        is not a streaming store, or any error of :func:`tolstat.dataset.collection`. Runs finished
+        is not a streaming store, or any error of :func:`tolstat.collect`. Runs finished
         before an error stay in the store; re-running continues after them.
     RuntimeError
         Another process is writing the same store.
