@@ -8,8 +8,13 @@ import numpy as np
 import pytest
 
 import tolstat
-from tolstat.checks.checking import CheckResult, assert_close, check
+from table_helpers import group as _group, table as _table
+from tolstat.checks.checking import assert_close, check, check_metrics
+from tolstat.checks.result import CheckResult
 from tolstat.calibration.selection import select
+from tolstat.measure import noise
+from tolstat.measure.metrics import error_metrics
+from tolstat.models.scale import ScaleModel
 
 pytest_plugins = ["pytester"]
 
@@ -299,3 +304,142 @@ def test_it():
     out = res.stdout.str()
     assert "tolstat check FAILED" in out and "tolstat.assert_close(np.array([2.0])" in out
     assert "r = check(actual, expected" not in out  # the library frame is hidden
+
+
+# --------------------------------------------------------------------------- frames, dtypes, operator form
+# Traceback hiding, check_metrics dtypes, the operator form.
+
+
+def _frames_of_assert_close(entries):
+    # the library frame (its code name is ``assert_close``, or a renamed copy of it under a
+    # mutation-testing trampoline); not this test's own frame
+    return [e.name for e in entries if "assert_close" in e.name and not e.name.startswith("test_")]
+
+
+def test_failing_assert_close_hides_its_own_frame_from_pytest_tracebacks():
+    t = _table([_group("add", "float32", "*", 0.5)])
+    with pytest.raises(AssertionError, match="max_abs") as ei:
+        assert_close(np.array([2.0], np.float32), np.array([1.0]), op="add", dtype="float32", table=t)
+    assert _frames_of_assert_close(ei.traceback)  # the frame exists in the raw traceback
+    # ... and pytest hides it (``__tracebackhide__ = True``): the report starts at the caller
+    assert _frames_of_assert_close(ei.traceback.filter(ei)) == []
+
+
+def test_check_metrics_scores_elements_at_the_entry_dtype_not_the_metrics_dtype():
+    # a baseline-relative scale: s = max(base_err, floor * eps(dtype) * ref_rms); the entry is
+    # for float32 while the metrics were computed from float64 arrays (m.dtype = float64)
+    g = _group("mm", "float32", "*", 4.0, statistic="max_score")
+    g["scale"] = ScaleModel(form="baseline", baseline="base_err", floor=1.0).to_dict()
+    ent = _table([g], "max_score").entry("mm", "float32", "*")
+    a = np.array([1.0, 2.0, 3.0])
+    e = np.array([1.0, 2.0 + 2.0**-20, 3.0])
+    m = error_metrics(a, e)
+    assert m.dtype == "float64"
+    r = check_metrics(m, a, e, ent, {"base_err": 0.0})
+    rms = math.sqrt(float(np.mean(e**2)))
+    ref = 2.0**-20 / (float(np.finfo(np.float32).eps) * rms)  # about 3.9: the float64 eps would give 2e9
+    assert r.statistics["max_score"] == pytest.approx(ref, rel=1e-12)
+    assert r.passed
+
+
+# Operator-form checks (``_check_operator``, ``_op_inputs``): expected values from
+# ``noise.record_statistics`` and ``noise.noise_scale`` (the documented definitions of the
+# statistics and the noise scale), the combined score from its definition max_j T_j / q_j.
+OP_NORMALISERS = {"op_max": 4.0, "op_rms": 2.0, "inv_row_sum": 3.0, "op_row_rms_max": 2.5}
+
+
+def _optable(thr, *, rowwise=True, covariates=(), needs_magnitude=False, drop_needs=False):
+    g = _group("softmax", "float16", "*", thr, statistic="op_score")
+    cert = {"form": "operator", "method": "order_statistic", "normalisers": dict(OP_NORMALISERS),
+            "rowwise": rowwise, "covariates": list(covariates), "needs_magnitude": needs_magnitude,
+            "guarantee": "PAC: test"}
+    if drop_needs:
+        del cert["needs_magnitude"]
+    g["certificate"] = cert
+    return _table([g], statistic="op_score")
+
+
+def _softmax_pair(seed=0, bug=0.0):
+    x = np.random.default_rng(seed).standard_normal((4, 16))
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    e = e / e.sum(axis=1, keepdims=True)
+    a = (e * (1 + bug)).astype(np.float16)
+    a[0, 3] = np.float16(float(a[0, 3]) * 1.01)  # one element off by about 1%: not correctly rounded
+    return a, e
+
+
+def _expected(a, e, K=1.0, rowwise=True):
+    st = noise.record_statistics(a, e, dtype="float16", K=K, rowwise=rowwise, op="softmax")
+    return {k: st[k] for k in OP_NORMALISERS}
+
+
+@pytest.mark.parametrize("bug", [0.0, 0.05])
+def test_operator_check_values_thresholds_and_worst_element(bug):
+    a, e = _softmax_pair(bug=bug)
+    st = _expected(a, e)
+    s = max(v / OP_NORMALISERS[k] for k, v in st.items())
+    thr = 1.5 * s if bug == 0 else 0.5 * s
+    r = tolstat.check(a, e, op="softmax", dtype="float16", table=_optable(thr), magnitude="ref")
+    assert r.passed == (bug == 0)
+    assert r.statistics["op_score"] == pytest.approx(s, rel=1e-12)
+    for k, v in st.items():
+        assert r.statistics[k] == pytest.approx(v, rel=1e-9, abs=1e-300)  # row statistics need rowwise=True
+        assert r.thresholds[k] == pytest.approx(thr * OP_NORMALISERS[k], rel=1e-15)
+    assert set(r.failed) == ({k for k in r.statistics if r.statistics[k] > r.thresholds[k]})
+    assert r.methods == {k: "order_statistic" for k in r.statistics}
+    # the worst element: largest |d| / s_i, its error and its allowance thr * q_op_max * s_i
+    sc = noise.noise_scale(e, dtype="float16").ravel()
+    d = np.abs(a.astype(np.float64) - e).ravel()
+    w = int(np.argmax(d / sc))
+    assert r.worst_index == tuple(int(i) for i in np.unravel_index(w, e.shape))
+    assert r.worst_error == d[w] and r.worst_actual == float(a.ravel()[w]) and r.worst_expected == e.ravel()[w]
+    assert r.worst_allowed == pytest.approx(thr * OP_NORMALISERS["op_max"] * sc[w], rel=1e-12)
+    assert r.n_exceeding == int(np.sum(d > thr * OP_NORMALISERS["op_max"] * sc))
+    assert r.guarantee == "PAC: test"
+
+
+def test_operator_check_rowwise_flag_and_op_are_used():
+    a, e = _softmax_pair()
+    flat = _expected(a, e, rowwise=False)
+    rows = _expected(a, e, rowwise=True)
+    assert math.isnan(flat["op_row_rms_max"]) and not math.isnan(rows["op_row_rms_max"])
+    r = tolstat.check(a, e, op="softmax", dtype="float16", table=_optable(100.0), magnitude="ref")
+    assert r.statistics["op_row_rms_max"] == pytest.approx(rows["op_row_rms_max"], rel=1e-9)
+    assert r.statistics["inv_row_sum"] == pytest.approx(rows["inv_row_sum"], rel=1e-9)
+
+
+def test_operator_check_reduction_length_default_and_covariate():
+    a, e = _softmax_pair()
+    r1 = tolstat.check(a, e, op="softmax", dtype="float16", table=_optable(100.0), magnitude="ref")
+    assert r1.statistics["op_rms"] == pytest.approx(_expected(a, e, K=1.0)["op_rms"], rel=1e-9)
+    t = _optable(100.0, covariates=["K"])
+    r64 = tolstat.check(a, e, op="softmax", dtype="float16", table=t, magnitude="ref", covariates={"K": 64})
+    assert r64.statistics["op_rms"] == pytest.approx(_expected(a, e, K=64.0)["op_rms"], rel=1e-9)
+    assert r64.statistics["op_rms"] != r1.statistics["op_rms"]
+    with pytest.raises(ValueError, match="needs the covariate K"):
+        tolstat.check(a, e, op="softmax", dtype="float16", table=t, magnitude="ref")
+
+
+def test_operator_check_magnitude_requirement():
+    a, e = _softmax_pair()
+    # calibrated without a magnitude: none needed
+    assert tolstat.check(a, e, op="softmax", dtype="float16", table=_optable(100.0)).passed
+    for t in (_optable(100.0, needs_magnitude=True), _optable(100.0, drop_needs=True)):  # default: needed
+        with pytest.raises(ValueError, match="pass magnitude="):
+            tolstat.check(a, e, op="softmax", dtype="float16", table=t)
+
+
+def test_operator_check_ratio_of_zero_against_a_zero_threshold_is_zero():
+    g = _group("softmax", "float16", "*", 0.0, statistic="op_score")
+    g["certificate"] = {"form": "operator", "method": "order_statistic", "rowwise": True,
+                        "normalisers": {"op_max": 4.0, "op_rms": 2.0}, "covariates": [],
+                        "needs_magnitude": False, "guarantee": "PAC: test"}
+    t = _table([g], statistic="op_score")
+    e = np.array([[0.25, 0.5, 0.125, 0.125]])  # exactly representable in float16
+    r = tolstat.check(e.astype(np.float16), e, op="softmax", dtype="float16", table=t, magnitude="ref")
+    assert r.passed and r.statistics == {"op_score": 0.0, "op_max": 0.0, "op_rms": 0.0}
+    assert r.ratios == {"op_score": 0.0, "op_max": 0.0, "op_rms": 0.0}  # 0 / 0 is "at no fraction"
+    bad = e.astype(np.float16)
+    bad[0, 0] = np.float16(0.375)
+    r = tolstat.check(bad, e, op="softmax", dtype="float16", table=t, magnitude="ref")
+    assert not r.passed and r.ratios["op_score"] == math.inf

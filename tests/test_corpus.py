@@ -17,8 +17,8 @@ from tolstat.corpus import (
     run_kernel,
     store_trunc,
     ulp_distance,
-    unit_roundoff,
 )
+from tolstat._base.dtypes import unit_roundoff
 from tolstat.corpus._base import smallest_subnormal
 from tolstat.corpus._linalg import _conv_ref
 

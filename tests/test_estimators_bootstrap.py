@@ -1,15 +1,20 @@
 """Bootstrap bounds: agreement with scipy, reproducibility, exact O(n) jackknife."""
 
+import math
+
 import numba
 import numpy as np
 import pytest
-from scipy import stats
+from scipy import special, stats
 
 from tolstat.models.estimators import (
     bootstrap_quantile_bound,
     bootstrap_quantile_distribution,
     bootstrap_return_level_bound,
+    gpd_fit_mle,
+    gpd_return_level,
     jackknife_quantile,
+    pot_fit,
 )
 from tolstat.models.estimators.bootstrap import bca_level
 
@@ -175,3 +180,176 @@ def test_return_level_bounds_and_degenerate():
         bootstrap_quantile_bound([1.0], 0.5)
     with pytest.raises(ValueError, match="method"):
         bootstrap_quantile_bound(y, 0.5, method="basic")
+
+
+# --------------------------------------------------------------------------- quantile and return-level bounds
+# References: the GPD return level in closed form, scipy's GPD fit for the jackknife, numpy
+# quantiles, and Efron's (1987) BCa level.
+
+
+def _gpd_return_level(u, sigma, xi, zeta, q):
+    """u + sigma/xi ((zeta/q)**xi - 1); u + sigma log(zeta/q) at xi = 0."""
+    if xi == 0:
+        return u + sigma * math.log(zeta / q)
+    return u + sigma / xi * ((zeta / q) ** xi - 1.0)
+
+
+def test_return_level_bound_inside_the_data_is_the_empirical_estimate():
+    # q >= zeta: the level lies inside the data, nothing to model: bound = estimate = the
+    # 'higher' empirical (1 - q)-quantile
+    x = np.random.default_rng(7).exponential(size=300)
+    r = bootstrap_return_level_bound(x, 0.2, n_resamples=200)  # zeta = 30/300 = 0.1 < q
+    assert r.estimate == np.quantile(x, 0.8, method="higher")
+    assert r.bound == r.estimate and math.isnan(r.standard_error)
+
+
+def test_return_level_bound_passes_the_tail_fraction():
+    x = np.random.default_rng(8).exponential(size=1000)
+    r = bootstrap_return_level_bound(x, 1e-4, tail_fraction=0.2, n_resamples=200, seed=1)
+    f = pot_fit(x, 1e-4, tail_fraction=0.2)
+    assert f["n_exceed"] == 200
+    assert r.estimate == pytest.approx(_gpd_return_level(f["u"], f["sigma"], f["xi"], f["zeta"], 1e-4), rel=1e-12)
+
+
+def test_bca_return_level_jackknife_is_over_the_exceedances():
+    # the acceleration of the BCa return-level bound comes from a jackknife over the k
+    # exceedances (threshold fixed): refit the GPD without each one, in closed form for the
+    # return level, and take the usual skewness formula
+    x = np.random.default_rng(9).exponential(size=400)
+    q = 1e-4
+    r = bootstrap_return_level_bound(x, q, method="bca", n_resamples=300, seed=3)
+    f = pot_fit(x, q)
+    k, u = f["n_exceed"], f["u"]
+    y = np.sort(x)[-k:] - u
+    jack = []
+    for i in range(k):
+        yi = np.delete(y, i)
+        xi, _, sigma = stats.genpareto.fit(yi, floc=0.0)
+        jack.append(_gpd_return_level(u, sigma, xi, f["zeta"], q))
+    jack = np.array(jack)
+    d = jack.mean() - jack
+    acc = np.sum(d**3) / (6.0 * np.sum(d**2) ** 1.5)
+    assert r.acceleration == pytest.approx(acc, abs=0.01)  # scipy's optimiser vs the profile MLE
+    assert abs(r.acceleration) > 0.02
+
+
+def test_bootstrap_of_integer_scores_equals_that_of_the_same_floats():
+    xi = np.random.default_rng(10).integers(0, 50, size=200)
+    a = bootstrap_quantile_bound(xi, 0.9, n_resamples=200, seed=4)
+    b = bootstrap_quantile_bound(xi.astype(np.float64), 0.9, n_resamples=200, seed=4)
+    assert (a.bound, a.estimate, a.level) == (b.bound, b.estimate, b.level)
+
+
+@pytest.mark.parametrize("p", [0.3, 0.9, 0.97])
+def test_jackknife_quantile_default_is_numpy_linear_leave_one_out(p):
+    x = np.random.default_rng(11).gamma(2.0, size=41)
+    vals, mult = jackknife_quantile(x, p)
+    loo = np.sort([np.quantile(np.delete(x, i), p) for i in range(x.size)])  # numpy default: linear
+    np.testing.assert_allclose(np.sort(np.repeat(vals, mult.astype(np.int64))), loo, rtol=1e-14, atol=0)
+
+
+def test_bootstrap_quantile_bound_uses_the_quantile_method_and_records_the_seed():
+    x = np.random.default_rng(12).exponential(size=300)  # (n - 1) p = 269.1: linear interpolates
+    r = bootstrap_quantile_bound(x, 0.9, method="percentile", quantile_method="higher", n_resamples=400, seed=12345)
+    # "higher" picks order statistics: the estimate, every resampled quantile and so the
+    # percentile bound ('linear' interpolation between two equal-or-data values aside) are data
+    assert r.estimate == np.quantile(x, 0.9, method="higher")
+    tb = bootstrap_quantile_distribution(x, 0.9, n_resamples=400, seed=12345, method="higher")
+    assert np.isin(tb, x).all()
+    assert r.bound == np.quantile(tb, 0.95)
+    assert (r.seed, r.n_resamples, r.method) == (12345, 400, "percentile")
+    lin = bootstrap_quantile_distribution(x, 0.9, n_resamples=400, seed=12345)
+    assert not np.isin(lin, x).all()  # the linear statistic interpolates: the methods differ here
+
+
+def test_bootstrap_quantile_distribution_defaults_and_p_zero():
+    x = np.random.default_rng(13).normal(size=50)
+    assert bootstrap_quantile_distribution(x, 0.5).shape == (1000,)
+    lo = bootstrap_quantile_distribution(x, 0.0, n_resamples=300, seed=1)  # the resample minimum
+    assert np.isin(lo, x).all() and lo.min() >= x.min() and np.sum(lo == x.min()) > 300 * 0.5
+    with pytest.raises(ValueError, match=r"p must lie in \[0, 1\], got -0.1"):
+        bootstrap_quantile_distribution(x, -0.1)
+
+
+def _tail_sample():
+    return np.random.default_rng(24).exponential(1.0, 400)
+
+
+def test_return_level_bca_acceleration_is_the_exceedance_jackknife():
+    x = _tail_sample()
+    q, conf = 1e-4, 0.9
+    r = bootstrap_return_level_bound(x, q, n_resamples=200, method="bca", seed=2, confidence=conf)
+    fit = pot_fit(x, q)
+    k = int(fit["n_exceed"])
+    y = np.sort(x)[-k:] - fit["u"]
+    jack = []
+    for i in range(k):  # leave one exceedance out, threshold and rate fixed
+        f = gpd_fit_mle(np.delete(y, i), zs_start=True)
+        jack.append(gpd_return_level(fit["u"], f.sigma, f.xi, fit["zeta"], q))
+    d = np.mean(jack) - np.asarray(jack)
+    acc = np.sum(d**3) / (6.0 * np.sum(d**2) ** 1.5)
+    assert r.acceleration == pytest.approx(acc, rel=1e-6, abs=1e-12)
+    # the BCa level from z0 and a (Efron 1987), at the requested confidence
+    zc = special.ndtri(conf)
+    assert r.level == pytest.approx(special.ndtr(r.z0 + (r.z0 + zc) / (1 - acc * (r.z0 + zc))), rel=1e-9)
+    assert r.estimate == fit["return_level"] and r.method == "bca/parametric"
+    assert r.bound > r.estimate
+
+
+def test_return_level_defaults_and_nonparametric_resampling():
+    x = _tail_sample()
+    d = bootstrap_return_level_bound(x, 1e-4)
+    assert (d.n_resamples, d.method, d.confidence, d.seed) == (1000, "percentile/parametric", 0.95, 0)
+    npar = bootstrap_return_level_bound(x, 1e-4, n_resamples=100, resampling="nonparametric", seed=3)
+    assert npar.method == "percentile/nonparametric" and np.isfinite(npar.bound)
+    par = bootstrap_return_level_bound(x, 1e-4, n_resamples=100, seed=3)
+    assert npar.bound != par.bound and npar.estimate == par.estimate
+
+
+def test_return_level_standard_error_is_the_sample_sd_of_the_resamples():
+    # with B = 3 resamples, linear percentiles at 1/4, 1/2, 3/4 reveal all three values
+    x = _tail_sample()
+    qs = {c: bootstrap_return_level_bound(x, 1e-4, n_resamples=3, seed=9, confidence=c) for c in (0.25, 0.5, 0.75)}
+    t2 = qs[0.5].bound
+    tb = np.array([2 * qs[0.25].bound - t2, t2, 2 * qs[0.75].bound - t2])
+    assert qs[0.5].standard_error == pytest.approx(np.std(tb, ddof=1), rel=1e-9)
+
+
+def test_bootstrap_accepts_two_values():
+    r = bootstrap_quantile_bound([1.0, 3.0], 0.5, n_resamples=50, method="percentile", seed=1)
+    assert r.estimate == 2.0 and 1.0 <= r.bound <= 3.0
+    with pytest.raises(ValueError, match="at least 2 non-NaN values, got 1"):
+        bootstrap_quantile_bound([1.0, np.nan], 0.5)
+
+
+def test_return_level_bootstrap_runs_with_two_exceedances_and_not_with_a_level_inside_the_data():
+    x = np.random.default_rng(1).exponential(size=20)
+    fit = pot_fit(x, 1e-3, tail_fraction=0.05, min_exceedances=2)
+    assert fit["n_exceed"] == 2
+    r = bootstrap_return_level_bound(x, 1e-3, n_resamples=50, tail_fraction=0.05, min_exceedances=2, seed=1)
+    assert np.isfinite(r.standard_error) and r.standard_error > 0 and r.bound != r.estimate
+    # q >= zeta: the level lies inside the data, nothing to bootstrap: bound = estimate
+    inside = bootstrap_return_level_bound(x, 0.2, n_resamples=50, tail_fraction=0.05, min_exceedances=2)
+    assert inside.bound == inside.estimate and np.isnan(inside.standard_error)
+
+
+def test_bca_level_without_jackknife_spread_has_zero_acceleration():
+    # equal jackknife values: acceleration 0, so BCa reduces to the bias-corrected
+    # percentile level Phi(2 z0 + z_gamma), z0 = Phi^-1(mid-rank share of theta_b below theta_hat)
+    tb = np.array([1.0, 2.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])
+    level, z0, a = bca_level(tb, 2.0, np.full(5, 3.0), 0.9)
+    prop = (1 + 3) / (2 * 8)  # #(tb < 2) = 1, #(tb <= 2) = 3
+    assert a == 0.0
+    assert z0 == pytest.approx(special.ndtri(prop), rel=1e-15)
+    assert level == pytest.approx(stats.norm.cdf(2 * stats.norm.ppf(prop) + stats.norm.ppf(0.9)), rel=1e-12)
+
+
+def test_return_level_bound_with_a_single_exceedance_is_the_estimate():
+    # 99 runs at 1 and one at 5: the 30 largest have one value above u = 1, so the GPD has one
+    # exceedance (sigma = 4, xi = -1: uniform on (0, 4]) and nothing to resample. The return
+    # level at q = 1e-3 < zeta = 1/100: u + sigma / xi * ((zeta / q)**xi - 1) = 1 + 4 * 0.9
+    x = np.array([1.0] * 99 + [5.0])
+    r = bootstrap_return_level_bound(x, 1e-3, n_resamples=200)
+    assert r.estimate == pytest.approx(4.6, rel=1e-15)
+    assert r.bound == r.estimate
+    assert math.isnan(r.standard_error)

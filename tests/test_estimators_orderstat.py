@@ -133,3 +133,83 @@ def test_conformal_bound_edges():
         conformal_min_n(1.5)
     with pytest.raises(ValueError, match="alpha must lie strictly between 0 and 1, got 0.0"):
         conformal_rank(10, 0.0)
+
+
+# --------------------------------------------------------------------------- ranks and minimum n
+# Ranks, minimum n and their errors against the binomial definitions.
+
+
+def test_order_statistic_bound_per_group_of_a_2d_input():
+    from tolstat.models.estimators.orderstat import order_statistic_bound
+
+    rng = np.random.default_rng(8)
+    x = rng.exponential(size=(3, 120))
+    x[1, 100:] = np.nan  # a smaller group, NaN padded
+    bound, rank, n = order_statistic_bound(x, 0.9, 0.9)
+    assert n.tolist() == [120, 100, 120]
+    for g in range(3):
+        v = np.sort(x[g][~np.isnan(x[g])])
+        # smallest r with binom.cdf(r - 1, n, p) >= confidence
+        r = int(np.argmax(stats.binom.cdf(np.arange(v.size), v.size, 0.9) >= 0.9)) + 1
+        assert rank[g] == r and bound[g] == v[r - 1]
+
+
+def test_order_statistic_rank_names_p_in_its_error():
+    from tolstat.models.estimators.orderstat import order_statistic_rank
+
+    with pytest.raises(ValueError, match="^p must lie strictly between 0 and 1, got 1.5"):
+        order_statistic_rank(100, 1.5, 0.9)
+    with pytest.raises(ValueError, match="^confidence must lie strictly between 0 and 1, got 0"):
+        order_statistic_rank(100, 0.5, 0)
+
+
+def test_order_statistic_min_n_names_its_arguments_and_handles_n_one():
+    from tolstat.models.estimators.orderstat import order_statistic_min_n
+
+    with pytest.raises(ValueError, match="^p must lie strictly between 0 and 1, got 1.5"):
+        order_statistic_min_n(1.5, 0.9)
+    with pytest.raises(ValueError, match="^confidence must lie strictly between 0 and 1, got 1"):
+        order_statistic_min_n(0.5, 1)
+    assert order_statistic_min_n(0.1, 0.5) == 1  # 1 - 0.1 >= 0.5: one run suffices
+    assert (order_statistic_min_n(0.95, 0.95), order_statistic_min_n(0.99, 0.95)) == (59, 299)
+
+
+def _min_n_reference(p, g):
+    """The documented definition: the smallest n >= 1 with 1 - p**n >= g (linear search)."""
+    n = 1
+    while 1.0 - p**n < g:
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize("p, g", [
+    # g a few ulps above 1 - p**m: the closed-form start ceil(ln(1-g)/ln p - 1e-9) is m, one too low
+    (0.5, 1.0 - 0.5**5 + 1e-15), (0.9, 1.0 - 0.9**20 + 1e-15), (0.99, 1.0 - 0.99**59 + 1e-15),
+    # g = 1 - p**m near 1: ln(1-g) has lost digits and the start is m + 1, one too high
+    (0.9, 1.0 - 0.9**144), (0.7, 1.0 - 0.7**53), (0.8, 1.0 - 0.8**76),
+    # ordinary levels
+    (0.95, 0.95), (0.99, 0.95), (0.5, 0.5),
+])
+def test_order_statistic_min_n_is_the_smallest_n_of_the_definition(p, g):
+    assert order_statistic_min_n(p, g) == _min_n_reference(p, g)
+
+
+def _rank_reference(n, p, g):
+    """The documented definition: the smallest r with binom.cdf(r - 1, n, p) >= g."""
+    r = 1
+    while stats.binom.cdf(r - 1, n, p) < g:
+        r += 1
+    return r
+
+
+@pytest.mark.parametrize("off", [1, 2])
+def test_order_statistic_rank_guard_corrects_a_ppf_that_is_too_high(monkeypatch, off):
+    # the guard enforces cdf(k) >= g > cdf(k - 1) when scipy's ppf is off by rounding; here
+    # a ppf that is `off` too high, down to a correct k of 0 (rank 1: the smallest value)
+    cases = [(5, 0.01, 0.95), (10, 0.001, 0.99), (400, 0.99, 0.95), (60, 0.9, 0.5)]
+    want = [_rank_reference(n, p, g) for n, p, g in cases]
+    assert want[:2] == [1, 1]
+    ppf = stats.binom.ppf
+    monkeypatch.setattr(stats.binom, "ppf", lambda q, n, p: ppf(q, n, p) + off)
+    got = [int(order_statistic_rank(n, p, g)[0]) for n, p, g in cases]
+    assert got == want

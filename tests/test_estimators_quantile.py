@@ -286,3 +286,33 @@ def test_predicted_buckets_alike_and_unlike_groups():
     finally:
         _qmod._PREDICT_MIN_N = saved
     np.testing.assert_array_equal(quantile_groups(x, q)[0], off)
+
+
+# --------------------------------------------------------------------------- k = 1, NaN errors, integers
+# Top-k with k = 1, NaN errors, integer values.
+
+
+def test_topk_groups_k_equal_one_is_the_group_max():
+    x = np.array([[3.0, np.nan, 7.0, 1.0], [np.nan, np.nan, -2.0, -5.0]])
+    top, n = topk_groups(x, 1)
+    np.testing.assert_array_equal(top, [[7.0], [-2.0]])
+    np.testing.assert_array_equal(n, [3, 2])
+    with pytest.raises(ValueError, match="k must be >= 1, got 0"):
+        topk_groups(x, 0)
+
+
+def test_nan_error_names_the_first_group_with_a_nan():
+    from tolstat.models.estimators.quantile import quantile_groups
+
+    x = np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [1.0, np.nan, 3.0], [np.nan, 1.0, 2.0]])
+    with pytest.raises(ValueError, match=r"input contains NaN \(first in group 2\)"):
+        quantile_groups(x, [0.5], nan_policy="raise")
+
+
+def test_quantiles_of_integer_values_are_numpy_quantiles():
+    from tolstat.models.estimators.quantile import quantile_groups
+
+    x = np.array([[3, 1, 2, 5, 8], [10, 0, 7, 7, 1]])
+    q, n = quantile_groups(x, [0.3, 0.5, 0.9])
+    np.testing.assert_array_equal(q, np.quantile(x.astype(np.float64), [0.3, 0.5, 0.9], axis=1).T)
+    assert q.dtype == np.float64 and n.tolist() == [5, 5]

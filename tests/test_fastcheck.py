@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 import tolstat
+from table_helpers import group as _group, stat as _stat, table as _table
 from tolstat.checks.fast import cached_entry, fast_check
 from tolstat.measure.fused import decode_table, fused_max
 from tolstat.checks.checking import check_metrics
 from tolstat.measure.metrics import error_metrics
+from tolstat.models import statistics as _stats
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +38,8 @@ def _general(a, e, dt, table):
     return check_metrics(error_metrics(a, e, dtype=dt), a, e, ent, None)
 
 
-def _same(fast: dict, ref, approx=("bias",)):
-    r = dataclasses.asdict(ref)
+def _same(fast, ref, approx=("bias",)):
+    fast, r = dataclasses.asdict(fast), dataclasses.asdict(ref)
     assert set(fast) == set(r)
     for k, v in r.items():
         if k in ("statistics", "ratios", "probabilities"):
@@ -70,14 +72,14 @@ def test_fast_path_equals_general_path(tables, dt, np_dt, stats, scale):
     fast = fast_check(a, e, ent, None)
     assert fast is not None
     ref = _general(a, e, dt, table)
-    if fast["passed"]:  # a fast pass is final and equals the general path
+    if fast.passed:  # a fast pass is final and equals the general path
         _same(fast, ref)
-        assert tolstat.check(a, e, op="add", dtype=dt, table=table) == tolstat.CheckResult(**fast)
+        assert tolstat.check(a, e, op="add", dtype=dt, table=table) == fast
     else:  # a fast failure is re-checked on the general path (correctly rounded elements pass)
         assert tolstat.check(a, e, op="add", dtype=dt, table=table) == ref
-    assert ref.passed or not fast["passed"]  # the fast path never passes what the general path fails
+    assert ref.passed or not fast.passed  # the fast path never passes what the general path fails
     if scale != 1.0:
-        assert not ref.passed and ref.n_exceeding > 0 and not fast["passed"]
+        assert not ref.passed and ref.n_exceeding > 0 and not fast.passed
     elif "bias" not in stats:  # a correctly rounded output always passes a max-error check
         assert ref.passed
 
@@ -151,3 +153,62 @@ def test_entry_cache_follows_table_data(tables):
     t2.data = new
     e2 = cached_entry(t2, "add", "float16", None)
     assert e2.statistics["max_abs"].threshold == 2 * e1.statistics["max_abs"].threshold
+
+
+# --------------------------------------------------------------------------- fast path values
+# The fast path's own values against the definitions.
+# A fast *failure* is re-checked on the general path, so a fast path that computes a statistic
+# wrongly would only show as a failing fast pass; these tests compare the values themselves.
+
+
+def test_fast_bias_and_max_rel_values_are_the_definitions():
+    e = np.array([0.0, 1.0, -2.0, 0.5, 3.0])
+    a = np.array([np.float16(6e-8), 1.0, -2.001, 0.5, 3.002], dtype=np.float16)  # e[0] = 0: rel floor
+    t = _table([_group("op", "float16", "*", 1e9, statistic="max_rel", extra={"bias": _stat(1e9)})],
+               statistic="max_rel", extra=("bias",))
+    ent = t.entry("op", "float16")
+    fast = fast_check(a, e, ent, None)
+    d = a.astype(np.float64) - e
+    tiny = float(np.finfo(np.float16).tiny)
+    rel = np.abs(d) / np.maximum(np.abs(e), tiny)
+    assert fast.statistics["max_rel"] == pytest.approx(rel.max(), rel=1e-15)
+    assert fast.statistics["bias"] == pytest.approx(math.sqrt(d.size) * abs(d.mean()) / np.abs(d).mean(), rel=1e-12)
+    assert fast.passed
+
+
+def test_fast_path_rejects_non_float_arrays_naming_them():
+    t = _table([_group("op", "float32", "*", 1.0)])
+    ent = t.entry("op", "float32")
+    with pytest.raises((TypeError, ValueError), match="actual"):
+        fast_check(np.array([1, 2]), np.array([1.0, 2.0]), ent, None)
+    with pytest.raises((TypeError, ValueError), match="expected"):
+        fast_check(np.array([1.0, 2.0], np.float32), np.array([1, 2]), ent, None)
+
+
+def test_entry_with_a_statistic_the_fast_path_does_not_know_takes_the_general_path(monkeypatch):
+    extra = _stats.Statistic(name="twice_bias", kind="run", unit="-", description="twice the bias",
+                             needs=(), from_dataset=lambda ds, model=None: _stats.RunScores(np.zeros(1)),
+                             from_metrics=lambda m, model, cov, dt: 2.0 * _stats.get("bias").value(m))
+    monkeypatch.setitem(_stats.REGISTRY, extra.name, extra)
+    t = _table([_group("op", "float32", "*", 1.0, extra={extra.name: _stat(1e9)})], extra=(extra.name,))
+    ent = t.entry("op", "float32")
+    a, e = np.array([1.0, 2.0], np.float32), np.array([1.0, 2.0])
+    assert fast_check(a, e, ent, None) is None
+    r = tolstat.check(a, e, op="op", dtype="float32", table=t)
+    assert r.passed and set(r.statistics) == {"max_abs", extra.name}
+
+
+def test_fast_pass_reports_the_certificate_guarantee():
+    g = _group("op", "float32", "*", 1.0)
+    g["certificate"] = {"guarantee": "PAC: for this test"}
+    t = _table([g])
+    a, e = np.array([1.0, 2.0], np.float32), np.array([1.0, 2.0])
+    fast = fast_check(a, e, t.entry("op", "float32"), None)
+    assert fast.passed and fast.guarantee == "PAC: for this test"
+    assert tolstat.check(a, e, op="op", dtype="float32", table=t).guarantee == "PAC: for this test"
+
+
+def test_check_of_empty_arrays_is_refused_on_the_fast_path_too():
+    t = _table([_group("op", "float32", "*", 1e-3)])  # a max_abs entry: the fast path applies
+    with pytest.raises(ValueError, match="empty arrays: nothing to compare"):
+        tolstat.check(np.array([], np.float32), np.array([]), op="op", dtype="float32", table=t)

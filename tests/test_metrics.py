@@ -12,6 +12,7 @@ from numpy.testing._private.utils import nulp_diff
 import tolstat
 from tolstat import error_metrics
 from tolstat.measure import ulp_distance
+from tolstat.measure.metrics import as_array
 from tolstat._base.dtypes import target_dtype
 
 NP_FLOATS = [np.float16, np.float32, np.float64]
@@ -259,3 +260,92 @@ def test_torch_tensors():
     np.testing.assert_allclose(m.abs, [0, 0, 0.01], atol=1e-12)
     # 3.01 rounds to bf16 3.0 -> 0 ulp; 3.02 is past the half-way point 3.0078125? no: spacing 1/64
     assert m.ulp.tolist() == [0.0, 0.0, 1.0]
+
+
+# --------------------------------------------------------------------------- conversions and ULP counts
+# Conversion errors, ml_dtypes infinities, ULP counts of every format, array protocols.
+
+
+RAGGED = [[1.0], [1.0, 2.0]]  # numpy cannot make an array of it
+
+
+def test_conversion_errors_name_the_argument():
+    with pytest.raises(TypeError, match="expected: cannot convert list to an array"):
+        error_metrics(np.array([1.0]), RAGGED)
+    with pytest.raises(TypeError, match="actual: cannot convert list to an array"):
+        error_metrics(RAGGED, np.array([1.0]))
+    with pytest.raises(TypeError, match="actual: cannot convert list to an array"):
+        ulp_distance(RAGGED, np.array([1.0]), "float32")
+    with pytest.raises(TypeError, match="expected: cannot convert list to an array"):
+        ulp_distance(np.array([1.0]), RAGGED, "float32")
+    with pytest.raises(TypeError, match="actual has integer/bool dtype"):
+        error_metrics(np.array([1, 2]), np.array([1.0, 2.0]))
+    with pytest.raises(TypeError, match="expected has integer/bool dtype"):
+        error_metrics(np.array([1.0, 2.0]), np.array([1, 2]))
+    with pytest.raises(TypeError, match="actual has integer/bool dtype"):
+        ulp_distance(np.array([1, 2]), np.array([1.0, 2.0]), "float32")
+    with pytest.raises(TypeError, match="expected has integer/bool dtype"):
+        ulp_distance(np.array([1.0, 2.0]), np.array([1, 2]), "float32")
+
+
+@pytest.mark.parametrize("dt", ["bfloat16", "float8_e5m2"])
+def test_infinite_references_in_ml_dtypes_formats(dt):
+    np_dt = getattr(ml_dtypes, dt)
+    a = np.array([np.inf, -np.inf, 1.0, 1.25], dtype=np_dt)
+    e = np.array([np.inf, -np.inf, 1.0, 1.0])
+    d = ulp_distance(a, e, dt)
+    assert d[:3].tolist() == [0.0, 0.0, 0.0] and d[3] > 0
+    m = error_metrics(a, e, dtype=dt)
+    assert m.ulp[:3].tolist() == [0.0, 0.0, 0.0] and m.n_nonfinite == 0
+
+
+def test_as_array_default_name_in_its_error():
+    with pytest.raises(TypeError, match="^array: cannot convert list to an array"):
+        as_array([[1.0], [1.0, 2.0]])
+
+
+def _ordered(v: np.ndarray, bits: int) -> np.ndarray:
+    """Sign-magnitude bit patterns mapped to integers in value order (independent of tolstat)."""
+    u = v.astype(np.int64)
+    sign = 1 << (bits - 1)
+    return np.where(u & sign, -(u & (sign - 1)), u)
+
+
+@pytest.mark.parametrize("name, np_dt, uint, bits", [
+    ("float16", np.float16, np.uint16, 16),
+    ("bfloat16", ml_dtypes.bfloat16, np.uint16, 16),
+    ("float32", np.float32, np.uint32, 32),
+    ("float8_e4m3fn", ml_dtypes.float8_e4m3fn, np.uint8, 8),
+])
+def test_ulp_distance_counts_representable_values(name, np_dt, uint, bits):
+    rng = np.random.default_rng(6)
+    e64 = rng.standard_normal(400) * 4.0
+    exp_rn = e64.astype(np_dt)
+    steps = rng.integers(-3, 4, size=e64.size)
+    a_bits = (_ordered(exp_rn.view(uint), bits) + steps)
+    a_bits = np.where(a_bits < 0, (-a_bits) | (1 << (bits - 1)), a_bits).astype(uint)
+    actual = a_bits.view(np_dt)
+    finite = np.isfinite(actual.astype(np.float64))
+    want = np.abs(_ordered(actual.view(uint), bits) - _ordered(exp_rn.view(uint), bits)).astype(np.float64)
+    got = ulp_distance(actual, e64, name)
+    np.testing.assert_array_equal(got[finite], want[finite])
+    assert finite.sum() > 300
+
+
+def test_as_array_prefers_array_protocol_over_dlpack():
+    """An object with both protocols is read through ``__array__`` (numpy's own conversion),
+    so a DLPack export that numpy cannot import is never tried."""
+    from tolstat.measure.metrics import as_array
+
+    class Both:
+        def __array__(self, dtype=None, copy=None):
+            return np.array([1.0, 2.5], dtype=np.float32)
+
+        def __dlpack__(self, *args, **kwargs):
+            raise BufferError("not exportable")
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    got = as_array(Both(), name="actual")
+    assert got.dtype == np.float32 and got.tolist() == [1.0, 2.5]

@@ -1,4 +1,5 @@
-"""Conversion of torch tensors to numpy (``metrics.as_array``): exact values, dtypes and bits.
+"""Conversion of torch tensors (and of DLPack-only objects) to numpy (``metrics.as_array``):
+exact values, dtypes and bits.
 
 torch is imported at module level on purpose: mutation testing collects the selected tests
 once in its fork server, so the import is paid once, not once per mutant.
@@ -85,3 +86,20 @@ def test_error_metrics_of_torch_tensors():
     assert m.dtype == "bfloat16"
     np.testing.assert_array_equal(m.abs, [0.0, 2.0**-6, 2.0**-4])
     np.testing.assert_array_equal(m.signed, [0.0, -(2.0**-6), 2.0**-4])
+
+
+def test_as_array_of_a_dlpack_only_bfloat16_object_keeps_its_bits():
+    class DLPackOnly:  # exposes DLPack but no __array__ (and is not a torch object)
+        def __init__(self, t):
+            self.t = t
+
+        def __dlpack__(self, **kw):
+            return self.t.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.t.__dlpack_device__()
+
+    t = torch.tensor([1.0, 1.5, -2.0, 3.140625], dtype=torch.bfloat16)
+    a = as_array(DLPackOnly(t), name="actual")
+    assert str(a.dtype) == "bfloat16"
+    np.testing.assert_array_equal(a.view(np.uint16), t.view(torch.int16).numpy().view(np.uint16))

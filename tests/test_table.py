@@ -1,4 +1,4 @@
-"""``tolstat.calibration.table``: layout, export, lookup and validation details (mutants of further samples).
+"""ToleranceTable (tolstat.calibration.table, table_format): layout, export, lookup, validation.
 
 References are the documented layout and lookup rules (``docs/selection.md``, the
 ``ToleranceTable`` docstring) and hand-built groups whose every value is known.
@@ -7,13 +7,103 @@ References are the documented layout and lookup rules (``docs/selection.md``, th
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
 
+import tolstat
 from table_helpers import group as _group, table as _table
 from tolstat.calibration.table import ToleranceTable, load_table
 from tolstat.calibration.table_format import check_table_data
+
+
+def test_n_inexact_survives_a_json_round_trip(tmp_path):
+    g = _group("op", "float32", "*", 1.0)
+    g["n_inexact"] = 3
+    t = _table([g, _group("op2", "float32", "*", 2.0)])
+    t.to_json(tmp_path / "t.json")
+    d = json.loads((tmp_path / "t.json").read_text())
+    assert [x["n_inexact"] for x in d["groups"]] == [3, 0]
+    back = tolstat.load_table(tmp_path / "t.json")
+    assert back.data["n_inexact"].values.tolist() == [3, 0]
+
+
+def _scaled(scale):
+    g = _group("op", "float32", "*", 2.0, statistic="max_score")
+    g["scale"] = scale
+    return _table([g], statistic="max_score")
+
+
+def test_entry_allclose_of_a_scale_model_uses_the_covariates():
+    t = _scaled({"form": "allclose", "atol": 0.5, "rtol": 0.25, "unit": 1e-3, "linear": {"K": 0.125},
+                 "power": {"N": [0.5, 4.0]}})
+    at, rt = t.entry("op", "float32").allclose({"K": 8.0, "N": 16.0})
+    mult = (16.0 / 4.0) ** 0.5  # power covariate: (N / reference) ** exponent
+    assert at == pytest.approx(2.0 * 1e-3 * (0.5 + 0.125 * 8.0) * mult, rel=1e-14)
+    assert rt == pytest.approx(2.0 * 1e-3 * 0.25 * mult, rel=1e-14)
+
+
+@pytest.mark.parametrize(("key", "value", "match"), [
+    ("unit", -1.0, "scale unit must be >= 0, got -1.0"),
+    ("floor", -0.5, "scale floor must be >= 0, got -0.5"),
+    ("atol", -0.5, "scale atol must be >= 0, got -0.5"),
+])
+def test_negative_scale_coefficients_are_rejected(key, value, match):
+    with pytest.raises(ValueError, match=match):
+        _scaled({"form": "allclose", "atol": 0.5, "rtol": 0.25, key: value})
+
+
+@pytest.mark.parametrize("bad", [[0.5], [0.5, 1.0, 2.0], 0.5])
+def test_scale_power_entries_must_be_exponent_and_reference(bad):
+    with pytest.raises(ValueError, match=r"scale power\['N'\] must be \[exponent, reference\]"):
+        _scaled({"form": "allclose", "atol": 0.5, "power": {"N": bad}})
+
+
+def test_a_group_without_a_listed_statistic_is_rejected():
+    g = _group("op", "float32", "*", 1.0)  # has max_abs only
+    with pytest.raises(ValueError, match=r"table group 0 \(op, float32, \*\) has no entry for statistic 'bias'"):
+        _table([g], extra=("bias",))
+
+
+def test_tail_parameters_are_kept_per_statistic():
+    tail = {"u": 1.0, "sigma": 2.0, "xi": 0.125, "zeta": 0.05, "gof_p": 0.5}
+    t = _table([_group("op", "float32", "*", 3.0, tail=tail)])
+    got = t.entry("op", "float32").statistics["max_abs"].tail
+    assert {k: got[k] for k in tail} == tail
+
+
+def test_table_dataset_layout_is_the_documented_one():
+    t = _table([_group("op", "float32", "*", 3.0, top=(3.0, 2.0)), _group("op2", "float16", "*", 1.0)])
+    assert dict(t.data.sizes)["group"] == 2 and "statistic" in t.data.dims and "rank" in t.data.dims
+    assert t.data["threshold"].dims == ("group", "statistic")
+    assert t.data["top_scores"].dims == ("group", "statistic", "rank")
+    assert t.data["op"].dims == ("group",) and t.data["n"].dims == ("group",)
+
+
+def test_invalid_table_data_names_the_source_and_the_field():
+    t = _table([_group("op", "float32", "*", 1.0)])
+    bad = t.data.copy()
+    bad.attrs["confidence"] = 2.0
+    with pytest.raises(ValueError, match=r"^invalid tolerance table 'x\.nc': confidence must lie strictly between"):
+        tolstat.ToleranceTable(bad, source="x.nc")
+    with pytest.raises(ValueError, match=r"^invalid tolerance table: confidence must lie"):
+        tolstat.ToleranceTable(bad)
+    ctl = t.data.assign_coords(op=("group", ["a\tb"]))
+    with pytest.raises(ValueError, match=r"op 'a\\tb' contains the control character"):
+        tolstat.ToleranceTable(ctl)
+
+
+def test_table_metadata_defaults_and_sorted_json():
+    g = _group("op", "float32", "*", 1.0, statistic="max_score")
+    g["scale"] = {"rtol": 0.25, "form": "allclose", "atol": 0.5}  # keys not in order
+    meta = {"fp_budget": 0.01, "confidence": 0.95, "statistics": ["max_score"], "budget_split": "sidak",
+            "provenance": {"z": 1, "a": 2}}
+    t = tolstat.ToleranceTable.from_groups([g], meta)
+    assert t.data.attrs["tolstat_version"] == tolstat.__version__
+    assert t.meta["budget_split"] == "sidak"
+    assert str(t.data["scale_json"].values[0]) == json.dumps(g["scale"], sort_keys=True)
+    assert t.data.attrs["provenance"] == json.dumps(meta["provenance"], sort_keys=True)
 
 
 def _bare_stat(threshold):
@@ -225,3 +315,61 @@ def test_netcdf_string_variables_read_as_objects_become_str(tmp_path, monkeypatc
     assert back.entry("matmul", "float16", "cpu").statistics["max_abs"].threshold == 0.5
     e = back.entry("add", "bfloat16", "gpu")
     assert e.statistics["max_abs"].threshold == 0.25 and e.hardware == "*"
+
+
+def test_load_table_of_a_netcdf_file_missing_a_variable_names_it(tmp_path):
+    t = _table([_group("add", "float32", "gpu", 0.5)])
+    p = os.fspath(tmp_path / "t.nc")
+    t.data.drop_vars("reason").to_netcdf(p, engine="h5netcdf")
+    with pytest.raises(ValueError, match=r"missing variable\(s\) \['reason'\]"):
+        load_table(p)
+
+
+@pytest.mark.parametrize(("linear", "match"), [
+    ({"K": "nan"}, r"scale linear\['K'\] must be finite, got 'nan'"),
+    ({"K": "inf"}, r"scale linear\['K'\] must be finite, got 'inf'"),
+    ({"K": "x"}, r"scale linear\['K'\]: expected a number, got 'x'"),
+    ({"K": True}, r"scale linear\['K'\]: expected a number, got True \(bool\)"),
+])
+def test_scale_linear_coefficients_are_validated(linear, match):
+    g = _group("op", "float32", "*", 2.0, statistic="max_score")
+    g["scale"] = {"form": "allclose", "atol": 0.5, "rtol": 0.25, "linear": linear}
+    with pytest.raises(ValueError, match=match):
+        _table([g], statistic="max_score")
+
+
+def test_table_variables_have_the_documented_dimensions():
+    # docs/selection.md: dims group, statistic, rank; per (group, statistic): threshold,
+    # estimate, budget, stat_confidence, method, reason, tail_*; per group: n, scale_*
+    g1 = _group("op", "float32", "*", 3.0, top=(3.0, 2.0), tail={"u": 1.0, "sigma": 0.5, "xi": 0.1,
+                                                                 "zeta": 0.1, "gof_p": 0.5})
+    g2 = _group("op2", "float16", "*", 1.0)
+    t = _table([g1, g2])
+    d = t.data
+    per_stat = ["threshold", "estimate", "budget", "stat_confidence", "method", "reason",
+                "tail_u", "tail_sigma", "tail_xi", "tail_zeta", "tail_gof_p"]
+    per_group = ["n", "n_inexact", "scale_atol", "scale_rtol", "scale_json", "certificate_json"]
+    assert {v: d[v].dims for v in per_stat} == {v: ("group", "statistic") for v in per_stat}
+    assert {v: d[v].dims for v in per_group} == {v: ("group",) for v in per_group}
+    assert d["top_scores"].dims == ("group", "statistic", "rank")
+    assert set(d.dims) == {"group", "statistic", "rank"}
+    assert d["reason"].values.tolist() == [["test"], ["test"]]
+
+
+def test_table_scale_columns_default_to_zero_for_missing_coefficients():
+    g = _group("op", "float32", "*", 2.0, statistic="max_score")
+    g["scale"] = {"form": "allclose", "rtol": 0.25}  # no atol
+    h = _group("op2", "float32", "*", 2.0, statistic="max_score")
+    h["scale"] = {"form": "allclose", "atol": 0.5}  # no rtol
+    t = _table([g, h], statistic="max_score")
+    assert t.data["scale_atol"].values.tolist() == [0.0, 0.5]
+    assert t.data["scale_rtol"].values.tolist() == [0.25, 0.0]
+    assert t.entry("op", "float32").allclose() == (0.0, 2.0 * 0.25)
+
+
+@pytest.mark.parametrize(("tops", "width"), [([(), ()], 1), ([(2.0,), ()], 1), ([(3.0, 2.0, 1.0), (1.0,)], 3)])
+def test_top_scores_rank_width_is_the_longest_list(tops, width):
+    t = _table([_group("op", "float32", "*", 3.0, top=tops[0]), _group("op2", "float32", "*", 3.0, top=tops[1])])
+    assert t.data.sizes["rank"] == width
+    for i, (op, top) in enumerate(zip(("op", "op2"), tops)):
+        np.testing.assert_array_equal(t.entry(op, "float32").statistics["max_abs"].top, np.array(top))
