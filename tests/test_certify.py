@@ -14,7 +14,8 @@ from statsmodels.stats.multitest import multipletests
 from tolstat.calibration.certificate import UnreachableThresholdWarning
 from tolstat.calibration.engine import certify
 from tolstat._base.util import NotEnoughData
-from tolstat.calibration.units import collapse, fit_normalisers, fit_size, score, split_units
+from tolstat.calibration.units import collapse, fit_normalisers, fit_size, split_units
+from tolstat.measure.noise import combined_score as score
 from tolstat.models.estimators.orderstat import order_statistic_min_n, order_statistic_rank
 
 

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from tolstat._base.util import NotEnoughData
-from tolstat.calibration.units import score
+from tolstat.measure.noise import combined_score
 from tolstat.models.estimators.orderstat import (
     conformal_min_n,
     conformal_rank,
@@ -48,7 +48,7 @@ class GroupCertificate:
     ----------
     group : str
     threshold : float
-        A run fails when ``score(stats, normalisers) > threshold``.
+        A run fails when ``combined_score(stats, normalisers) > threshold``.
     method : str
         ``"order_statistic"`` (PAC, own units), ``"pooled_order_statistic"`` (PAC if the
         group is exchangeable with its pool), ``"exact"`` (all units exactly zero: the
@@ -107,8 +107,8 @@ class GroupCertificate:
     top_scores: tuple[float, ...] = ()
 
     def score(self, stats: Mapping[str, Any], *, which: bool = False) -> Any:
-        """:func:`~tolstat.calibration.units.score` with this group's normalisers."""
-        return score(stats, self.normalisers, which=which)
+        """:func:`~tolstat.measure.noise.combined_score` with this group's normalisers."""
+        return combined_score(stats, self.normalisers, which=which)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-friendly dict of every field (tuples as lists)."""

@@ -15,7 +15,6 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from tolstat.measure.noise import combined_score
 
 __all__ = [
     "Units",
@@ -23,7 +22,6 @@ __all__ = [
     "fit_size",
     "split_units",
     "fit_normalisers",
-    "score",
 ]
 
 
@@ -299,26 +297,3 @@ def fit_normalisers(values: np.ndarray, *, quantile: float = 1.0, resolution: An
     bad = ~(np.isfinite(q) & (q > 0))
     q[bad] = res[bad]
     return q
-
-
-def score(stats: Any, normalisers: Mapping[str, float], *, which: bool = False) -> Any:
-    """Combined score ``S = max_j T_j / q_j`` of each run (the one definition, used to calibrate and to check).
-
-    Parameters
-    ----------
-    stats : mapping str -> array_like (or scalar)
-        Statistics of one or more runs. Statistics without a normaliser are ignored; a
-        normalised statistic missing from ``stats`` is an error.
-    normalisers : mapping str -> float
-        ``q_j > 0`` per statistic (:attr:`~tolstat.calibration.certificate.GroupCertificate.normalisers`).
-    which : bool
-        Also return, per run, the statistic attaining the maximum (the one that trips).
-
-    Returns
-    -------
-    S : ndarray
-        NaN statistics (not applicable) are skipped; ``S`` is NaN when none applies and
-        ``+inf`` when a statistic is infinite (non-finite output).
-    names : ndarray of str, only with ``which=True``
-    """
-    return combined_score(stats, normalisers, which=which)

@@ -18,11 +18,10 @@ from tolstat._base.util import group_rows
 from tolstat._base.dtypes import canonical_dtype
 from tolstat.dataset.schema import BUILTIN_COVARIATES
 from tolstat.measure.metrics import ErrorMetrics, as_array, error_metrics
-from tolstat.calibration.bounds import exceedance_probability
 from tolstat.models.statistics import get as get_statistic
 from tolstat.measure.metrics import metric_covariates
-from tolstat.models.statistics import op_score, pair_op_statistics
-from tolstat.measure.noise import noise_scale
+from tolstat.models.statistics import pair_op_statistics
+from tolstat.measure.noise import combined_score, noise_scale
 from tolstat.calibration.table import ToleranceEntry, ToleranceTable
 from tolstat.calibration.decision import entry_failed_runs, pair_is_correctly_rounded, pair_value
 from tolstat.checks.fast import cached_entry, fast_check
@@ -134,25 +133,17 @@ def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceE
         if k != name:
             values[k] = pair_value(m, k, ent.scale, cov, ent.dtype)
     thresholds = {k: ent.statistics[k].threshold for k in values}
-    probs, notes = {}, {}
-    for k, v in values.items():
-        probs[k], notes[k] = exceedance_probability(v, ent.statistics[k])
     shape = m.shape
     idx = tuple(int(i) for i in np.unravel_index(worst, shape)) if shape else ()
     a64 = np.asarray(actual, dtype=np.float64).ravel()
     e64 = np.asarray(expected, dtype=np.float64).ravel()
     n_exc = 0 if cr else int(np.sum(elem > c))
-    try:
-        atol, rtol = ent.allclose(cov)
-    except (ValueError, KeyError):
-        atol, rtol = math.nan, math.nan
     return CheckResult.of_entry(
-        ent, values, thresholds, probabilities=probs, notes=notes,
+        ent, values, thresholds, covariates=cov,
         worst_index=idx, worst_actual=float(a64[worst]), worst_expected=float(e64[worst]),
         worst_error=float(m.abs[worst]),
         worst_allowed=float(allowed[worst]) if allowed is not None else math.nan,
-        n_elements=m.n_elements, n_exceeding=n_exc, n_nonfinite=m.n_nonfinite, atol=atol, rtol=rtol,
-        correctly_rounded=cr,
+        n_elements=m.n_elements, n_exceeding=n_exc, n_nonfinite=m.n_nonfinite, correctly_rounded=cr,
     )
 
 
@@ -185,7 +176,7 @@ def _check_operator(m: ErrorMetrics, actual: Any, expected: Any, ent: ToleranceE
                                rowwise=bool(cert.get("rowwise", False)), op=ent.op)
     q = dict(cert["normalisers"])
     thr = ent.statistics["op_score"].threshold
-    s, which = op_score(stats, q, which=True)
+    s, which = combined_score(stats, q, which=True)
     s, which = float(s), str(which)
     values = {"op_score": s, **{k: float(stats[k]) for k in q}}
     thresholds = {"op_score": thr, **{k: thr * q[k] for k in q}}

@@ -16,7 +16,6 @@ Layer: checks.
 
 from __future__ import annotations
 
-import math
 import weakref
 from typing import Any, Mapping
 
@@ -25,7 +24,6 @@ import numpy as np
 from tolstat._base.dtypes import round_to_format, target_dtype
 from tolstat._base.validate import float_array
 from tolstat.measure.fused import fused_max
-from tolstat.calibration.bounds import exceedance_probability
 from tolstat.models.statistics import bias_score
 from tolstat.calibration.table import ToleranceEntry, ToleranceTable
 from tolstat.checks.result import CheckResult
@@ -79,20 +77,13 @@ def fast_check(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry,
         if k == "bias":
             values[k] = 0.0 if cr or r.value == 0 else float(bias_score(r.sum_signed / n, r.sum_abs / n, n))
     thresholds = {k: ent.statistics[k].threshold for k in values}
-    probs, notes = {}, {}
-    for k, v in values.items():
-        probs[k], notes[k] = exceedance_probability(v, ent.statistics[k])
     idx = tuple(int(i) for i in np.unravel_index(r.index, a.shape)) if a.shape else ()
     allowed = c if score == "abs" else c * max(abs(r.expected), floor)
-    try:
-        atol, rtol = ent.allclose(covariates)
-    except (ValueError, KeyError):
-        atol, rtol = math.nan, math.nan
     return CheckResult.of_entry(
-        ent, values, thresholds, probabilities=probs, notes=notes,
+        ent, values, thresholds, covariates=covariates,
         worst_index=idx, worst_actual=r.actual, worst_expected=r.expected,
         worst_error=abs(r.actual - r.expected), worst_allowed=float(allowed),
-        n_elements=n, n_exceeding=0 if cr else r.n_exceeding, n_nonfinite=0, atol=atol, rtol=rtol,
+        n_elements=n, n_exceeding=0 if cr else r.n_exceeding, n_nonfinite=0,
         correctly_rounded=bool(cr or r.value == 0),
     )
 

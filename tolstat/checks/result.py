@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from tolstat.calibration.bounds import exceedance_probability
 from tolstat.calibration.decision import exceeds, ratio
 from tolstat.models.statistics import get as get_statistic
 
@@ -93,7 +94,8 @@ class CheckResult:
 
     @classmethod
     def of_entry(cls, entry: Any, values: Mapping[str, float], thresholds: Mapping[str, float], *,
-                 probabilities: Mapping[str, float], notes: Mapping[str, str], decisive: str | None = None,
+                 probabilities: Mapping[str, float] | None = None, notes: Mapping[str, str] | None = None,
+                 decisive: str | None = None, covariates: Mapping[str, Any] | None = None,
                  **where: Any) -> "CheckResult":
         """The result of comparing decision ``values`` with their ``thresholds`` for a table entry.
 
@@ -102,13 +104,24 @@ class CheckResult:
         are :func:`~tolstat.calibration.decision.ratio` (over 1 exactly when failed),
         ``passed`` is that no statistic failed, or, with ``decisive``, that this one (the
         combined score of an operator entry) did not. The entry gives the group, the
-        promise and the methods; ``where`` the worst element and the element counts.
+        promise and the methods, and by default the probabilities
+        (:func:`~tolstat.calibration.bounds.exceedance_probability`) and, from ``covariates``,
+        the ``(atol, rtol)`` form of the max threshold (NaN where it has none); ``where``
+        the worst element and the element counts.
         """
         values = {k: float(v) for k, v in values.items()}
         thresholds = {k: float(thresholds[k]) for k in values}
         failed = tuple(k for k, v in values.items() if exceeds(v, thresholds[k]))
         passed = decisive not in failed if decisive is not None else not failed
         methods = where.pop("methods", None) or {k: entry.statistics[k].method for k in values}
+        if probabilities is None:
+            found = {k: exceedance_probability(v, entry.statistics[k]) for k, v in values.items()}
+            probabilities, notes = {k: p for k, (p, _) in found.items()}, {k: n for k, (_, n) in found.items()}
+        if "atol" not in where:
+            try:
+                where["atol"], where["rtol"] = entry.allclose(covariates)
+            except (ValueError, KeyError):
+                where["atol"], where["rtol"] = math.nan, math.nan
         return cls(passed=bool(passed), op=entry.op, dtype=entry.dtype, hardware=entry.hardware,
                    fallback=entry.fallback, statistics=values, thresholds=thresholds,
                    ratios={k: float(ratio(v, thresholds[k])) for k, v in values.items()},

@@ -580,7 +580,7 @@ def score_statistic_names(op: str | None = None) -> list[str]:
 
 # ----------------------------------------------------------------------- combined score
 def combined_score(stats: Any, normalisers: Any, *, which: bool = False) -> Any:
-    """Combined score ``S = max_j T_j / q_j`` (the one definition; :func:`tolstat.calibration.units.score`).
+    """Combined score ``S = max_j T_j / q_j``: the one definition, used to calibrate and to check.
 
     NaN statistics are skipped (``S`` is NaN when none applies), an infinite one gives
     ``+inf``; with ``which=True`` also the name of the statistic attaining the maximum.

@@ -55,7 +55,6 @@ __all__ = [
     "correctly_rounded",
     "dataset_op_statistics",
     "pair_op_statistics",
-    "op_score",
     "OP_UNIT_FLOOR",
 ]
 
@@ -233,15 +232,10 @@ def pair_op_statistics(actual: Any, expected: Any, m: ErrorMetrics, *, dtype: An
     return st
 
 
-def op_score(stats: Mapping[str, Any], normalisers: Mapping[str, float], *, which: bool = False) -> Any:
-    """The operator combined score ``S = max_j T_j / q_j`` (:func:`tolstat.measure.noise.combined_score`)."""
-    return combined_score(stats, normalisers, which=which)
-
-
 def _op_score_from_dataset(ds: Any, model: Any = None) -> RunScores:
     cert = _need_model("op_score", model)
     q = dict(cert["normalisers"])
-    return RunScores(np.asarray(op_score(dataset_op_statistics(ds, list(q)), q), dtype=np.float64), 0)
+    return RunScores(np.asarray(combined_score(dataset_op_statistics(ds, list(q)), q), dtype=np.float64), 0)
 
 
 def _op_score_metrics(m: ErrorMetrics, model: Any, cov: Mapping[str, Any], dtype: str) -> float:
