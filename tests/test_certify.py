@@ -221,7 +221,7 @@ def test_nan_statistic_left_out_and_infinite_refused():
 
 
 @pytest.mark.parametrize("kw, msg", [
-    (dict(fp_budget=0.0), "fp_budget must lie strictly between 0 and 1"),
+    (dict(fp_budget=0.0), "fp_budget must be a probability in"),
     (dict(fp_budget=0.01, confidence=1.0), "confidence must lie strictly"),
     (dict(fp_budget=0.01, rule="evt"), "rule must be one of"),
     (dict(fp_budget=0.01, on_refusal="skip"), "on_refusal must be"),

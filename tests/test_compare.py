@@ -215,7 +215,7 @@ def test_plots_written(tmp_path, result):
 
 
 @pytest.mark.parametrize("kw, match", [
-    ({"budgets": (0.0,)}, "budget must lie strictly between 0 and 1"),
+    ({"budgets": (0.0,)}, r"budget must be a probability in \[1e-09, 0.5\]"),
     ({"budgets": (0.01, 0.01)}, "budgets must be distinct"),
     ({"folds": 1}, "folds must be an integer >= 2"),
     ({"confidence": 1.5}, "confidence must lie strictly"),
@@ -258,7 +258,7 @@ def test_cli_compare(tmp_path, correct, capsys):
 
 @pytest.mark.parametrize("args, match", [
     (["--budgets", "0.01,abc"], "--budgets"),
-    (["--budgets", "2"], "budget must lie strictly"),
+    (["--budgets", "2"], "budget must be a probability in"),
     (["--folds", "1"], "folds must be an integer"),
     (["--methods", "magic"], "unknown method"),
 ])

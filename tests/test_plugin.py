@@ -425,3 +425,13 @@ def test_plugin_hardware_choice_with_mixed_tables(pytester, tmp_path, hardware, 
     res = pytester.runpytest(*args)
     res.assert_outcomes(passed=1)
     res.stdout.fnmatch_lines([f"*{want}*"])
+
+
+@pytest.mark.parametrize("value", ["0.7", "0", "-0.01"])
+def test_suite_budget_outside_the_budget_range_is_refused(pytester, table_path, value):
+    """A suite budget is a budget: the one accepted range of tolstat._base.validate.budget."""
+    pytester.makepyfile(SUITE)
+    pytester.makefile(".toml", pyproject=f'[tool.tolstat]\ntable = "{table_path.as_posix()}"\nsuite_budget = {value}\n')
+    res = pytester.runpytest(*_LOAD)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "suite_budget must be a probability in [1e-09, 0.5]" in "\n".join(res.stderr.lines + res.stdout.lines)

@@ -46,7 +46,7 @@ def test_split_budget():
     assert s > 1e-4
     with pytest.raises(ValueError, match="not a union bound"):
         split_budget(0.01, 100, method="sidak")
-    with pytest.raises(ValueError, match="suite_budget must lie strictly between 0 and 1"):
+    with pytest.raises(ValueError, match=r"suite_budget must be a probability in \[1e-09, 0.5\]"):
         split_budget(0.0, 3)
     with pytest.raises(ValueError, match="n_checks must be a positive integer, got 0"):
         split_budget(0.1, 0)

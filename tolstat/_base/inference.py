@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from tolstat._base.validate import unit_interval
+from tolstat._base.validate import budget as _budget
 
 __all__ = ["clopper_pearson", "clopper_pearson_upper", "holm", "budget_verdict", "split_budget"]
 
@@ -111,7 +111,7 @@ def split_budget(suite_budget: float, n_checks: int, *, method: str = "bonferron
     >>> round(split_budget(0.01, 100, method="sidak", independent=True), 8)
     0.0001005
     """
-    a = unit_interval("suite_budget", suite_budget)
+    a = _budget("suite_budget", suite_budget)
     if int(n_checks) != n_checks or n_checks < 1:
         raise ValueError(f"n_checks must be a positive integer, got {n_checks!r}")
     n = int(n_checks)

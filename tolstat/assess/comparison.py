@@ -59,6 +59,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import xarray as xr
 
+from tolstat._base import validate as _validate
 from tolstat._version import __version__
 from tolstat.assess.folds import _Cells, _group_index, _Groups, _make_folds, _pool_folds, _score_folds
 from tolstat.assess.rules import DEFAULT_METHODS, Rule, _split_key, make_rule
@@ -294,12 +295,12 @@ def compare(
 
 
 def _check_budgets(budgets: Sequence[float] | float) -> list[float]:
-    """The budgets as a list of distinct floats in (0, 1)."""
+    """The budgets as a list of distinct budgets (:func:`tolstat._base.validate.budget`)."""
     if isinstance(budgets, (int, float)):
         budgets = (budgets,)
-    bl = [_unit_float("budget", b) for b in budgets]
+    bl = [_validate.budget("budget", b) for b in budgets]
     if not bl or len(set(bl)) != len(bl):
-        raise ValueError(f"budgets must be distinct numbers in (0, 1), got {list(budgets)!r}")
+        raise ValueError(f"budgets must be distinct budgets, got {list(budgets)!r}")
     return bl
 
 

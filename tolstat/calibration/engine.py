@@ -64,6 +64,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from tolstat._base import validate as _validate
 from tolstat._base.util import NotEnoughData
 from tolstat._base.validate import unit_interval as _unit_interval
 from tolstat.calibration.certificate import TOP_SCORES, GroupCertificate, _Ctx, _finish, _guarantee_pac, _max_bound
@@ -244,7 +245,7 @@ def certify(
     >>> bool(c.passes({"op_max": 0.1, "op_rms": 0.1}))
     True
     """
-    a = _unit_interval("fp_budget", fp_budget)
+    a = _validate.budget("fp_budget", fp_budget, lo=_validate.MIN_BUDGET / 8)
     g = _unit_interval("confidence", confidence)
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}, got {rule!r}")

@@ -176,8 +176,13 @@ class TolstatSession:
         for name, v in (("suite_budget", self.suite_budget), ("suite_checks", self.suite_checks)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
                 raise pytest.UsageError(f"tolstat: [tool.tolstat] {name} must be a number, got {v!r}")
-        if self.suite_budget is not None and not 0 < self.suite_budget < 1:
-            raise pytest.UsageError(f"tolstat: suite_budget must lie strictly between 0 and 1, got {self.suite_budget!r}")
+        if self.suite_budget is not None:
+            from tolstat._base.validate import budget  # only with a suite budget: numpy stays unloaded
+
+            try:
+                self.suite_budget = budget("suite_budget", self.suite_budget)
+            except ValueError as exc:
+                raise pytest.UsageError(f"tolstat: {exc}") from None
         if self.suite_checks is not None and (int(self.suite_checks) != self.suite_checks or self.suite_checks < 1):
             raise pytest.UsageError(f"tolstat: suite_checks must be a positive integer, got {self.suite_checks!r}")
         if self.record_path:
