@@ -171,7 +171,7 @@ def device_info(torch: Any, device: str) -> dict[str, Any]:
             info["driver"] = f"unknown ({type(exc).__name__})"
         info["hardware"] = f"cuda:{info['gpu']}"
     else:
-        label, _ = hardware_fingerprint()
+        label = hardware_fingerprint().label
         info["hardware"] = "torch-" + label if label.startswith("cpu:") else f"torch-cpu:{label}"
     return info
 

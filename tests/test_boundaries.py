@@ -154,6 +154,10 @@ def test_tail_threshold_is_floored_at_the_sample_maximum():
 
 
 # --------------------------------------------------------------------------- exceedance_probability
+def _pair(e) -> tuple[float, str]:
+    return e.probability, e.note
+
+
 def _cal(top, n, tail=None):
     t = {"u": math.nan, "sigma": math.nan, "xi": math.nan, "zeta": math.nan}
     t.update(tail or {})
@@ -165,14 +169,16 @@ def test_exceedance_probability_empirical_exact():
     cal = _cal([5.0, 4.0, 3.0, 3.0, 1.0], 5)
     for v, want in [(5.0, 1 / 5), (4.5, 1 / 5), (4.0, 2 / 5), (3.0, 4 / 5), (2.0, 4 / 5), (1.0, 1.0),
                     (0.0, 1.0)]:
-        p, note = exceedance_probability(v, cal)
+        e = exceedance_probability(v, cal)
+        p, note = e.probability, e.note
         assert p == want, (v, p, want)
         assert note.startswith("empirical: ")
     # only the top 3 of 1000 scores kept: at the smallest kept score, exactly 3/1000; below it,
     # "more than 3 of 1000"
     cal = _cal([9.0, 8.0, 7.0], 1000)
-    assert tuple(exceedance_probability(7.0, cal)) == (0.003, "empirical: 3 of 1000 calibration runs reached this value")
-    p, note = exceedance_probability(6.9, cal)
+    assert _pair(exceedance_probability(7.0, cal)) == (0.003, "empirical: 3 of 1000 calibration runs reached this value")
+    e = exceedance_probability(6.9, cal)
+    p, note = e.probability, e.note
     assert p == 0.003 and note.startswith("empirical: more than 3 of 1000")
 
 
@@ -183,7 +189,8 @@ def test_exceedance_probability_gpd_tail_closed_form(xi):
     for v in (3.5, 4.0, 6.0):
         y = v - u
         want = z * math.exp(-y / s) if xi == 0 else z * (1 + xi * y / s) ** (-1 / xi)
-        p, note = exceedance_probability(v, cal)
+        e = exceedance_probability(v, cal)
+        p, note = e.probability, e.note
         assert p == pytest.approx(want, rel=1e-12), (v, p, want)
         # and the same as scipy's GPD survival function times the exceedance rate
         assert p == pytest.approx(z * stats.genpareto.sf(y, xi, 0, s), rel=1e-10)
@@ -192,18 +199,20 @@ def test_exceedance_probability_gpd_tail_closed_form(xi):
 
 def test_exceedance_probability_endpoint_no_tail_and_nonfinite():
     cal = _cal(np.linspace(0.5, 3.0, 50), 500, {"u": 1.0, "sigma": 2.0, "xi": -0.5, "zeta": 0.1})
-    p, note = exceedance_probability(5.0 + 1e-9, cal)  # endpoint u + sigma/0.5 = 5
+    e = exceedance_probability(5.0 + 1e-9, cal)  # endpoint u + sigma/0.5 = 5
+    p, note = e.probability, e.note
     assert p == 0.0 and "above the endpoint 5 of the fitted bounded GPD tail" in note
-    p, _ = exceedance_probability(4.0, cal)
+    p = exceedance_probability(4.0, cal).probability
     assert p == pytest.approx(0.1 * (1 - 0.5 * 3 / 2) ** 2, rel=1e-12)
     nt = _cal(np.linspace(0.5, 3.0, 50), 500)
-    assert tuple(exceedance_probability(3.5, nt)) == (1 / 501, "beyond the data (the largest of 500 calibration "
+    assert _pair(exceedance_probability(3.5, nt)) == (1 / 501, "beyond the data (the largest of 500 calibration "
                                                         "scores is 3); no tail model: probability < 1/(n+1)")
     # a value beyond the data but not above the tail threshold u: no extrapolation either
     hi_u = _cal(np.linspace(0.5, 3.0, 50), 500, {"u": 10.0, "sigma": 2.0, "xi": 0.0, "zeta": 0.1})
     assert exceedance_probability(3.5, hi_u).probability == 1 / 501
     for v in (math.inf, math.nan):
-        p, note = exceedance_probability(v, nt)
+        e = exceedance_probability(v, nt)
+        p, note = e.probability, e.note
         assert p == 0.0 and note.startswith("non-finite output")
 
 

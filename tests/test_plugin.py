@@ -416,7 +416,7 @@ def _mixed_table(path, hardware):
 def test_plugin_hardware_choice_with_mixed_tables(pytester, tmp_path, hardware, opt, want):
     from tolstat.dataset.runs import hardware_fingerprint
 
-    det, _ = hardware_fingerprint()
+    det = hardware_fingerprint().label
     hw = tuple(det if h == "DET" else h for h in hardware)
     want = want.replace("DET", det)
     path = _mixed_table(tmp_path / "mixed.json", hw)

@@ -116,14 +116,11 @@ class Exceedance:
     ----------
     probability : float
     note : str
-        How it was estimated. Unpacks as ``probability, note``.
+        How it was estimated.
     """
 
     probability: float
     note: str
-
-    def __iter__(self):  # noqa: D105
-        return iter((self.probability, self.note))
 
 
 # --------------------------------------------------------------------------- calibration

@@ -224,7 +224,8 @@ class TolstatSession:
         if self._hw is None:
             from tolstat.dataset.runs import hardware_fingerprint
 
-            hw, plat = hardware_fingerprint()
+            found = hardware_fingerprint()
+            hw, plat = found.label, found.platform
             self._hw = (self.hardware_opt or hw, plat)
         return self._hw
 

@@ -116,7 +116,8 @@ class CheckResult:
         methods = where.pop("methods", None) or {k: entry.statistics[k].method for k in values}
         if probabilities is None:
             found = {k: exceedance_probability(v, entry.statistics[k]) for k, v in values.items()}
-            probabilities, notes = {k: p for k, (p, _) in found.items()}, {k: n for k, (_, n) in found.items()}
+            probabilities = {k: e.probability for k, e in found.items()}
+            notes = {k: e.note for k, e in found.items()}
         if "atol" not in where:
             try:
                 where["atol"], where["rtol"] = entry.allclose(covariates)

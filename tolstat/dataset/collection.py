@@ -119,7 +119,8 @@ def collect(
         if not callable(f):
             raise TypeError(f"{nm} must be callable, got {type(f).__name__}")
     dt = canonical_dtype(dtype)
-    hw_label, plat = hardware_fingerprint()
+    found = hardware_fingerprint()
+    hw_label, plat = found.label, found.platform
     hw = hw_label if hardware is None else str(hardware)
     records: list[RunRecord] = []
     disable = None if progress is None else not progress
@@ -193,7 +194,8 @@ def from_pairs(
     if magnitude not in (None, "ref"):
         raise ValueError(f"magnitude must be None or 'ref', got {magnitude!r}")
     dt = canonical_dtype(dtype)
-    hw_label, plat = hardware_fingerprint()
+    found = hardware_fingerprint()
+    hw_label, plat = found.label, found.platform
     hw = hw_label if hardware is None else str(hardware)
     records: list[RunRecord] = []
     disable = None if progress is None else not progress

@@ -13,7 +13,7 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata as _metadata
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -59,7 +59,7 @@ def _cpu_model() -> str:
 
 @dataclass(frozen=True)
 class Hardware:
-    """What :func:`hardware_fingerprint` found; unpacks as ``label, platform``.
+    """What :func:`hardware_fingerprint` found.
 
     Attributes
     ----------
@@ -71,9 +71,6 @@ class Hardware:
 
     label: str
     platform: str
-
-    def __iter__(self) -> Iterator[str]:
-        return iter((self.label, self.platform))
 
 
 def hardware_fingerprint() -> Hardware:

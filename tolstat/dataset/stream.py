@@ -379,7 +379,8 @@ def collect_to_store(
     """
     path = _check_store_args(kernel, reference, make_inputs, runs, store, sample_size, chunk_runs)
     dt = canonical_dtype(dtype)
-    hw_label, plat = hardware_fingerprint()
+    found = hardware_fingerprint()
+    hw_label, plat = found.label, found.platform
     hw = hw_label if hardware is None else str(hardware)
     runs = int(runs)
     manifest = _manifest(op=op, dtype=dt, seed=seed, runs=runs, hardware=hw, labels=labels,
