@@ -32,7 +32,7 @@ HELPER = textwrap.dedent(
     import os, signal, sys
     import numpy as np
     import tolstat
-    from tolstat.dataset import stream
+    from tolstat.dataset import Store
     from tolstat.dataset.records import summarize_run
 
     def kernel(x):
@@ -44,7 +44,8 @@ HELPER = textwrap.dedent(
     def make(rng):
         return (rng.standard_normal(int(rng.integers(32, 512))),)
 
-    STORE_KW = dict(op="mul3", dtype="float16", runs=30, hardware="cpu", seed=0, sample_size=64)
+    STORE_KW = dict(op="mul3", dtype="float16", runs=30, hardware="cpu", seed=0,
+                    options=tolstat.CollectOptions(sample_size=64, progress=False))
     #: the two versions each writer alternates: datasets of 50 / 60 runs, tables with
     #: fp_budget 0.05 / 0.1
     RUNS = (50, 60)
@@ -52,7 +53,7 @@ HELPER = textwrap.dedent(
 
     def payloads():
         ds = tolstat.collect(kernel, reference, make, op="mul3", dtype="float16", runs=60, hardware="cpu",
-                             seed=0, sample_size=512, progress=False)
+                             seed=0, options=tolstat.CollectOptions(sample_size=512, progress=False))
         dss = [ds.isel(run=slice(0, n)) for n in RUNS]
         tabs = [tolstat.select(ds, fp_budget=b, confidence=0.9) for b in BUDGETS]
         recs = []
@@ -101,8 +102,7 @@ HELPER = textwrap.dedent(
             if pid == 0:
                 try:
                     if kind == "store":
-                        stream.collect_to_store(kernel, reference, make, store=path, progress=False,
-                                                chunk_runs=2, **STORE_KW)
+                        tolstat.collect(kernel, reference, make, store=Store(path, chunk_runs=2), **STORE_KW)
                     else:
                         i = 1
                         while True:
@@ -210,7 +210,7 @@ def test_kill9_never_loses_the_file(helper, tmp_path, kind):
 
 def test_kill9_store_resumes_complete(helper, tmp_path):
     m = helper.module
-    expected = tolstat.collect(m.kernel, m.reference, m.make, progress=False, **m.STORE_KW)
+    expected = tolstat.collect(m.kernel, m.reference, m.make, **m.STORE_KW)
     rnd = random.Random(7)
     for t in range(3):
         store = tmp_path / f"s{t}.zarr"
@@ -218,8 +218,8 @@ def test_kill9_store_resumes_complete(helper, tmp_path):
         time.sleep(rnd.uniform(0.3, 2.0))
         _kill(pid)
         done = len(tolstat.dataset.stream.store_progress(store).done) if store.exists() else 0
-        ds = tolstat.dataset.stream.collect_to_store(m.kernel, m.reference, m.make, store=store, progress=False,
-                                             chunk_runs=2, **m.STORE_KW)
+        ds = tolstat.collect(m.kernel, m.reference, m.make, store=tolstat.dataset.Store(store, chunk_runs=2),
+                             **m.STORE_KW)
         a, b = expected.copy(), ds.copy()
         a.attrs.pop("provenance")
         b.attrs.pop("provenance")
@@ -290,7 +290,7 @@ def test_failed_write_leaves_old_file_and_no_temporary(tmp_path):
 def test_plain_directory_is_replaced_by_the_versioned_link(tmp_path, helper):
     m = helper.module
     ds = tolstat.collect(m.kernel, m.reference, m.make, op="mul3", dtype="float16", runs=3, hardware="cpu",
-                         progress=False)
+                         options=tolstat.CollectOptions(progress=False))
     old = tmp_path / "e.zarr"
     ds.to_zarr(old, zarr_format=2, consolidated=True)  # a plain directory store
     tolstat.save(ds.isel(run=slice(0, 2)), old)

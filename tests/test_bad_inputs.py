@@ -19,7 +19,6 @@ import xarray as xr
 
 import tolstat
 from tolstat._base import validate as _validate
-from tolstat.dataset import stream
 from tolstat.cli.main import main as cli_main
 from tolstat.dataset.schema import DuplicateRunsWarning, duplicate_runs
 from tolstat.assess.evaluation import EvalConfig
@@ -46,7 +45,7 @@ def _make(rng):
 @pytest.fixture(scope="module")
 def ds():
     return tolstat.collect(_kernel, _ref, _make, op="mul3", dtype="float16", runs=60, hardware="cpu",
-                           seed=1, sample_size=32, progress=False)
+                           seed=1, options=tolstat.CollectOptions(sample_size=32, progress=False))
 
 
 @pytest.fixture(scope="module")
@@ -195,18 +194,27 @@ def test_numpy_scalar_covariate_is_fine(table):
     (dict(labels={"dist": "a\x00b"}), "label 'dist' .* control character"),
     (dict(labels={"a,b": "x"}), "label name 'a,b' may not contain commas"),
     (dict(labels={"": "x"}), "label name '' must be non-empty"),
-    (dict(labels=["dist"]), "labels and covariates must be mappings"),
+    (dict(labels=["dist"]), r"CollectOptions.labels must be a mapping \{name: value\} or None, got \['dist'\]"),
 ])
 def test_bad_labels(kw, match):
-    args = dict(op="mul3", dtype="float16", runs=2, hardware="cpu", progress=False)
+    args = dict(op="mul3", dtype="float16", runs=2, hardware="cpu")
     args.update(kw)
+    labels = args.pop("labels", None)
     with pytest.raises((ValueError, TypeError), match=match):
-        tolstat.collect(_kernel, _ref, lambda r: (r.standard_normal(8),), **args)
+        tolstat.collect(_kernel, _ref, lambda r: (r.standard_normal(8),),
+                        options=tolstat.CollectOptions(labels=labels, progress=False), **args)
+
+
+def test_per_run_labels_must_be_mappings():
+    with pytest.raises(TypeError, match="labels and covariates must be mappings"):
+        tolstat.collect(_kernel, _ref, lambda r: tolstat.Inputs(args=(r.standard_normal(8),), labels=["dist"]),
+                        op="mul3", dtype="float16", runs=2, hardware="cpu",
+                        options=tolstat.CollectOptions(progress=False))
 
 
 def test_comma_in_label_value_is_kept(tmp_path):
     ds = tolstat.collect(_kernel, _ref, lambda r: (r.standard_normal(8),), op="mul3", dtype="float16",
-                         runs=2, hardware="cpu", labels={"dist": "a,b"}, progress=False)
+                         runs=2, hardware="cpu", options=tolstat.CollectOptions(labels={"dist": "a,b"}, progress=False))
     tolstat.save(ds, tmp_path / "c.nc")
     assert tolstat.open_errors(tmp_path / "c.nc")["dist"].values.tolist() == ["a,b", "a,b"]
 
@@ -233,7 +241,7 @@ def test_smallest_budget_is_accepted_but_needs_data():
              (rng.standard_normal(16) for _ in range(60))]
     # references 0.7 ULP away from the output: the output is never the rounded reference
     noisy = tolstat.from_pairs([(a, a.astype(np.float64) + 0.7 * np.spacing(a).astype(np.float64)) for a in pairs],
-                               op="mul3", dtype="float16", progress=False)
+                               op="mul3", dtype="float16", options=tolstat.CollectOptions(progress=False))
     with pytest.raises(tolstat.NotEnoughData, match="units") as info:
         tolstat.select(noisy, form=None, fp_budget=_validate.MIN_BUDGET)
     assert info.value.n_needed > 10**8
@@ -471,30 +479,32 @@ def test_distinct_runs_are_not_duplicates(ds):
 
 def test_same_seed_different_kernel_is_not_a_duplicate(ds):
     other = tolstat.collect(lambda x: _kernel(x) * np.float16(1.001), _ref, _make, op="mul3",
-                            dtype="float16", runs=60, hardware="cpu", seed=1, sample_size=32)
+                            dtype="float16", runs=60, hardware="cpu", seed=1, options=tolstat.CollectOptions(sample_size=32))
     both = tolstat.concat([ds, other])
     assert duplicate_runs(both).size == 0
 
 
 # --------------------------------------------------------------------------- store identity
 def test_store_refuses_a_changed_kernel_body(tmp_path):
-    kw = dict(op="mul3", dtype="float16", runs=3, hardware="cpu", sample_size=16, progress=False)
+    kw = dict(op="mul3", dtype="float16", runs=2, hardware="cpu",
+              options=tolstat.CollectOptions(sample_size=16, progress=False))
     store = tmp_path / "s.zarr"
 
     def kernel(x):
         return _kernel(x)
 
-    stream.collect_to_store(kernel, _ref, _make, store=store, **dict(kw, runs=2))
+    tolstat.collect(kernel, _ref, _make, store=store, **kw)
 
     def kernel(x):  # noqa: F811 - same name, different body
         return _kernel(x) * np.float16(2)
 
     with pytest.raises(ValueError, match="kernel: the code of 'test_store_refuses_a_changed_kernel_body.<locals>.kernel' differs"):
-        stream.collect_to_store(kernel, _ref, _make, store=store, **dict(kw, runs=2))
+        tolstat.collect(kernel, _ref, _make, store=store, **kw)
 
 
 def test_store_resumes_with_the_same_code(tmp_path):
-    kw = dict(op="mul3", dtype="float16", runs=2, hardware="cpu", sample_size=16, progress=False)
+    kw = dict(op="mul3", dtype="float16", runs=2, hardware="cpu",
+              options=tolstat.CollectOptions(sample_size=16, progress=False))
     store = tmp_path / "s.zarr"
     makers = []
     for _ in range(2):
@@ -502,8 +512,8 @@ def test_store_resumes_with_the_same_code(tmp_path):
             return _kernel(x)
 
         makers.append(kernel)
-    a = stream.collect_to_store(makers[0], _ref, _make, store=store, **kw)
-    b = stream.collect_to_store(makers[1], _ref, _make, store=store, **kw)
+    a = tolstat.collect(makers[0], _ref, _make, store=store, **kw)
+    b = tolstat.collect(makers[1], _ref, _make, store=store, **kw)
     xr.testing.assert_identical(a, b)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 import xarray as xr
 
 import tolstat
-from tolstat.dataset import stream
+from tolstat.dataset import Store, stream
 
 KERNELS = textwrap.dedent(
     '''
@@ -46,7 +47,8 @@ KERNELS = textwrap.dedent(
             covariates={"K": k},
         )
 
-    KW = dict(op="matmul", dtype="fp16", runs=11, hardware="test-cpu", seed=5, sample_size=64)
+    KW = dict(op="matmul", dtype="fp16", runs=11, hardware="test-cpu", seed=5,
+              options=tolstat.CollectOptions(sample_size=64, progress=False))
     '''
 )
 
@@ -55,7 +57,8 @@ CHILD = textwrap.dedent(
     import os, signal, sys
     sys.path.insert(0, sys.argv[1])
     import kernels
-    from tolstat.dataset import stream
+    import tolstat
+    from tolstat.dataset import Store
 
     store, mode, at = sys.argv[2], sys.argv[3], int(sys.argv[4])
     if mode == "kill_kernel":
@@ -72,8 +75,8 @@ CHILD = textwrap.dedent(
             return orig(self, key, value)
         zarr.Array.__setitem__ = setitem
 
-    stream.collect_to_store(kernels.kernel, kernels.reference, kernels.make, store=store, chunk_runs=2,
-                            progress=False, **kernels.KW)
+    tolstat.collect(kernels.kernel, kernels.reference, kernels.make, store=Store(store, chunk_runs=2),
+                    **kernels.KW)
     print("CALLS", len(kernels.CALLS))
     '''
 )
@@ -115,8 +118,7 @@ def _child(kdir: Path, store: Path, mode: str, at: int) -> subprocess.CompletedP
 
 def test_store_equals_collect(kernels, expected, tmp_path):
     _, k = kernels
-    ds = stream.collect_to_store(k.kernel, k.reference, k.make, store=tmp_path / "r.zarr",
-                                 chunk_runs=3, **k.KW)
+    ds = tolstat.collect(k.kernel, k.reference, k.make, store=Store(tmp_path / "r.zarr", chunk_runs=3), **k.KW)
     tolstat.dataset.validate(ds)
     _same(expected, ds)
     # the finished store is an ordinary error dataset
@@ -127,14 +129,15 @@ def test_store_equals_collect(kernels, expected, tmp_path):
     assert prov[0]["created_by"] == "tolstat.collect" and prov[0]["streamed"] is True
     # a second call finds it complete: nothing is measured again
     before = len(k.CALLS)
-    again = stream.collect_to_store(k.kernel, k.reference, k.make, store=tmp_path / "r.zarr",
-                                    chunk_runs=3, **k.KW)
+    again = tolstat.collect(k.kernel, k.reference, k.make, store=Store(tmp_path / "r.zarr", chunk_runs=3),
+                            **k.KW)
     assert len(k.CALLS) == before
     _same(expected, again)
 
 
 def test_small_runs_and_sample_padding(tmp_path):
-    kw = dict(op="add", dtype="float32", runs=5, hardware="h", seed=0, sample_size=4096)
+    kw = dict(op="add", dtype="float32", runs=5, hardware="h", seed=0,
+              options=tolstat.CollectOptions(sample_size=4096))
 
     def kern(a):
         return (a.astype(np.float32) + np.float32(1)).astype(np.float32)
@@ -146,7 +149,7 @@ def test_small_runs_and_sample_padding(tmp_path):
         return (rng.standard_normal(int(rng.integers(3, 40))),)
 
     a = tolstat.collect(kern, ref, mk, **kw)
-    b = stream.collect_to_store(kern, ref, mk, store=tmp_path / "s.zarr", **kw)
+    b = tolstat.collect(kern, ref, mk, store=tmp_path / "s.zarr", **kw)
     assert b.sizes["sample"] == a.sizes["sample"] < 4096
     _same(a, b)
 
@@ -184,15 +187,15 @@ def test_kill_and_resume(kernels, expected, tmp_path, mode, at):
 def test_refuses_different_arguments(kernels, tmp_path):
     _, k = kernels
     store = tmp_path / "d.zarr"
-    stream.collect_to_store(k.kernel, k.reference, k.make, store=store, **dict(k.KW, runs=2))
+    tolstat.collect(k.kernel, k.reference, k.make, store=store, **dict(k.KW, runs=2))
     with pytest.raises(ValueError, match=r"different arguments.*seed: store has 5, call has 6"):
-        stream.collect_to_store(k.kernel, k.reference, k.make, store=store, **dict(k.KW, runs=2, seed=6))
+        tolstat.collect(k.kernel, k.reference, k.make, store=store, **dict(k.KW, runs=2, seed=6))
     with pytest.raises(ValueError, match="runs: store has 2"):
-        stream.collect_to_store(k.kernel, k.reference, k.make, store=store, **k.KW)
+        tolstat.collect(k.kernel, k.reference, k.make, store=store, **k.KW)
     with pytest.raises(ValueError, match="kernel"):
-        stream.collect_to_store(k.reference, k.reference, k.make, store=store, **dict(k.KW, runs=2))
-    ds = stream.collect_to_store(k.kernel, k.reference, k.make, store=store, overwrite=True,
-                                 **dict(k.KW, runs=3, seed=6))
+        tolstat.collect(k.reference, k.reference, k.make, store=store, **dict(k.KW, runs=2))
+    ds = tolstat.collect(k.kernel, k.reference, k.make, store=Store(store, overwrite=True),
+                         **dict(k.KW, runs=3, seed=6))
     assert ds.sizes["run"] == 3 and (ds.seed == 6).all()
 
 
@@ -201,9 +204,9 @@ def test_foreign_store_and_bad_path(kernels, tmp_path):
     ds = tolstat.collect(k.kernel, k.reference, k.make, **dict(k.KW, runs=2))
     tolstat.save(ds, tmp_path / "plain.zarr")
     with pytest.raises(ValueError, match="not a tolstat streaming store"):
-        stream.collect_to_store(k.kernel, k.reference, k.make, store=tmp_path / "plain.zarr", **k.KW)
+        tolstat.collect(k.kernel, k.reference, k.make, store=tmp_path / "plain.zarr", **k.KW)
     with pytest.raises(ValueError, match="ending in '.zarr'"):
-        stream.collect_to_store(k.kernel, k.reference, k.make, store=tmp_path / "x.nc", **k.KW)
+        tolstat.collect(k.kernel, k.reference, k.make, store=tmp_path / "x.nc", **k.KW)
 
 
 def test_torn_log_line_is_ignored(kernels, expected, tmp_path):
@@ -215,14 +218,14 @@ def test_torn_log_line_is_ignored(kernels, expected, tmp_path):
     k.FAIL["raise_at"] = 4
     try:
         with pytest.raises(RuntimeError, match="boom"):
-            stream.collect_to_store(k.kernel, k.reference, k.make, store=store, **kw)
+            tolstat.collect(k.kernel, k.reference, k.make, store=store, **kw)
     finally:
         k.FAIL["raise_at"] = None
     assert stream.store_progress(store).done == [0, 1, 2, 3]
     with open(store / stream.SIDE / stream.LOG, "ab") as fh:  # a crash mid-append
         fh.write(b'{"i": 4, "lab')
     assert stream.store_progress(store).done == [0, 1, 2, 3]
-    ds = stream.collect_to_store(k.kernel, k.reference, k.make, store=store, **kw)
+    ds = tolstat.collect(k.kernel, k.reference, k.make, store=store, **kw)
     _same(expected, ds)
 
 
@@ -231,7 +234,126 @@ def test_topk_on_streamed_store(kernels, expected, tmp_path):
 
     _, k = kernels
     store = tmp_path / "z.zarr"
-    stream.collect_to_store(k.kernel, k.reference, k.make, store=store, chunk_runs=2, **k.KW)
+    tolstat.collect(k.kernel, k.reference, k.make, store=Store(store, chunk_runs=2), **k.KW)
     lazy = tolstat.open_errors(store, chunks={"run": 3})
     xr.testing.assert_identical(tail.group_topk(expected, "sample_ulp", 50),
                                 tail.group_topk(lazy, "sample_ulp", 50))
+
+
+# ----------------------------------------------------------------- operator statistics
+def _mm_kernel(a, b):
+    return (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
+
+
+def _mm_reference(a, b):
+    return a.astype(np.float64) @ b.astype(np.float64)
+
+
+def _mm_magnitude(a, b):
+    return np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
+
+
+def _mm_make(rng):
+    k = int(rng.choice([16, 64]))
+    a = rng.standard_normal((4, k)).astype(np.float16)
+    b = rng.standard_normal((k, 8)).astype(np.float16)
+    return tolstat.Inputs(args=(a, b), labels={"dist": "normal"}, covariates={"K": float(k)})
+
+
+MM_KW = dict(op="matmul", dtype="float16", runs=7, hardware="h", seed=3)
+#: calls of _mm_make_failing and the call that raises (module state: the code hash of the
+#: function, the store's identity, must not change between the calls)
+_MM_CALLS: list[int] = []
+_MM_FAIL: dict[str, int | None] = {"at": None}
+
+
+def _mm_make_failing(rng):
+    _MM_CALLS.append(1)
+    if len(_MM_CALLS) == _MM_FAIL["at"]:
+        raise RuntimeError("boom")
+    return _mm_make(rng)
+
+
+@pytest.mark.parametrize("options", [
+    tolstat.CollectOptions(magnitude=_mm_magnitude, sample_size=16, progress=False),
+    tolstat.CollectOptions(magnitude="ref", rowwise=True, sample_size=16, progress=False),
+], ids=["callable", "ref-rowwise"])
+def test_store_with_operator_statistics_equals_collect(tmp_path, options):
+    want = tolstat.collect(_mm_kernel, _mm_reference, _mm_make, **MM_KW, options=options)
+    op_vars = sorted(v for v in want.data_vars if want[v].attrs.get("role") == "op_statistic")
+    assert "op_max" in op_vars and "op_rms_mid" in op_vars
+    if options.rowwise:
+        assert "op_row_rms_max" in op_vars
+    got = tolstat.collect(_mm_kernel, _mm_reference, _mm_make, **MM_KW, options=options,
+                          store=Store(tmp_path / "o.zarr", chunk_runs=2))
+    assert sorted(got.data_vars) == sorted(want.data_vars)
+    _same(want, got)
+    _same(want, stream.open_store(tmp_path / "o.zarr"))
+    assert stream.store_progress(tmp_path / "o.zarr").manifest["magnitude"] == (
+        "ref" if options.magnitude == "ref" else "_mm_magnitude")
+
+
+def test_store_with_operator_statistics_resumes(tmp_path):
+    options = tolstat.CollectOptions(magnitude=_mm_magnitude, sample_size=16, progress=False)
+    want = tolstat.collect(_mm_kernel, _mm_reference, _mm_make, **MM_KW, options=options)
+    store = tmp_path / "r.zarr"
+    _MM_CALLS.clear()
+    _MM_FAIL["at"] = 5  # the 5th run fails: the first four stay in the store
+    try:
+        with pytest.raises(RuntimeError, match="boom"):
+            tolstat.collect(_mm_kernel, _mm_reference, _mm_make_failing, **MM_KW, options=options, store=store)
+    finally:
+        _MM_FAIL["at"] = None
+    assert stream.store_progress(store).done == [0, 1, 2, 3]
+    part = stream.open_store(store, partial=True)
+    assert "op_max" in part
+    _same(want.isel(run=[0, 1, 2, 3], sample=slice(0, part.sizes["sample"])), part)
+    _MM_CALLS.clear()
+    _same(want, tolstat.collect(_mm_kernel, _mm_reference, _mm_make_failing, **MM_KW, options=options,
+                                store=store))
+    assert len(_MM_CALLS) == 3  # only the missing runs
+
+
+def test_store_refuses_a_different_magnitude(tmp_path):
+    store = tmp_path / "m.zarr"
+    opts = tolstat.CollectOptions(magnitude=_mm_magnitude, sample_size=16, progress=False)
+    tolstat.collect(_mm_kernel, _mm_reference, _mm_make, **MM_KW, options=opts, store=store)
+
+    def changed(a, b):
+        return np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)) * 2
+
+    changed.__qualname__ = "_mm_magnitude"  # same name, another body
+
+    for other, match in [
+        (dict(magnitude="ref"), r"different arguments.*magnitude: store has '_mm_magnitude', call has 'ref'"),
+        (dict(magnitude=None), r"magnitude: store has '_mm_magnitude', call has None"),
+        (dict(rowwise=True), r"rowwise: store has False, call has True"),
+        (dict(magnitude=changed), r"magnitude: the code of '_mm_magnitude' differs"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            tolstat.collect(_mm_kernel, _mm_reference, _mm_make, **MM_KW, store=store,
+                            options=dataclasses.replace(opts, **other))
+    # a plain store (no operator statistics) refuses a magnitude too
+    plain = tmp_path / "p.zarr"
+    tolstat.collect(_mm_kernel, _mm_reference, _mm_make, **MM_KW, store=plain,
+                    options=tolstat.CollectOptions(sample_size=16, progress=False))
+    with pytest.raises(ValueError, match="magnitude: store has None, call has 'ref'"):
+        tolstat.collect(_mm_kernel, _mm_reference, _mm_make, **MM_KW, store=plain,
+                        options=tolstat.CollectOptions(sample_size=16, magnitude="ref", progress=False))
+
+
+def test_store_made_before_the_operator_statistics_resumes(kernels, expected, tmp_path):
+    """A manifest without the magnitude / rowwise keys means no operator statistics."""
+    _, k = kernels
+    store = tmp_path / "old.zarr"
+    k.CALLS.clear()
+    k.FAIL["raise_at"] = 3
+    try:
+        with pytest.raises(RuntimeError, match="boom"):
+            tolstat.collect(k.kernel, k.reference, k.make, store=store, **k.KW)
+    finally:
+        k.FAIL["raise_at"] = None
+    old = {key: v for key, v in stream.store_progress(store).manifest.items()
+           if key not in ("magnitude", "rowwise", "magnitude_code")}
+    stream._write_manifest(store, old)
+    _same(expected, tolstat.collect(k.kernel, k.reference, k.make, store=store, **k.KW))

@@ -15,12 +15,12 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 from tolstat._base.dtypes import canonical_dtype
-from tolstat.dataset.runs import _as_inputs, _merged, _name, _provenance, _record, hardware_fingerprint
+from tolstat.dataset.runs import _as_inputs, _hardware_of_runs, _merged, _name, _provenance, _record
 from tolstat.dataset.records import RunRecord, build_dataset
-from tolstat.dataset.schema import DEFAULT_SAMPLE_SIZE
-from tolstat.dataset.stream import collect_to_store
+from tolstat.dataset.options import CollectOptions, Store, _options, _store
+from tolstat.dataset.stream import _collect_to_store
 
-__all__ = ["collect", "from_pairs", "hardware_fingerprint"]
+__all__ = ["collect", "from_pairs"]
 
 
 def collect(
@@ -33,16 +33,8 @@ def collect(
     runs: int,
     hardware: str | None = None,
     seed: int = 0,
-    labels: Mapping[str, Any] | None = None,
-    covariates: Mapping[str, float] | None = None,
-    sample_size: int = DEFAULT_SAMPLE_SIZE,
-    rel_floor: float | None = None,
-    allow_nan: bool = False,
-    progress: bool | None = None,
-    store: str | os.PathLike[str] | None = None,
-    chunks: Any = None,
-    magnitude: Callable[..., Any] | str | None = None,
-    rowwise: bool = False,
+    options: CollectOptions | None = None,
+    store: str | os.PathLike[str] | Store | None = None,
 ) -> xr.Dataset:
     """Run a kernel and its float64 reference on generated inputs; return the errors.
 
@@ -64,35 +56,22 @@ def collect(
     runs : int
         Number of runs.
     hardware : str, optional
-        Hardware label; default: :func:`hardware_fingerprint`.
+        Hardware label; default: :func:`~tolstat.dataset.runs.hardware_fingerprint`.
     seed : int, default 0
         Base seed of the input generator and of the element sampling.
-    labels, covariates : dict, optional
-        Labels / covariates shared by all runs (per-run ones from :class:`~tolstat.dataset.runs.Inputs` win).
-    sample_size : int, default 4096
-        Element-wise errors kept per run.
-    rel_floor, allow_nan
-        See :func:`tolstat.error_metrics`.
-    progress : bool, optional
-        Show a progress bar; default: only when writing to a terminal.
-    store : str or path-like, optional
+    options : CollectOptions, optional
+        What is measured and recorded of each run and how the work is shown
+        (:class:`~tolstat.dataset.options.CollectOptions`: shared labels and covariates,
+        ``sample_size``, ``rel_floor``, ``allow_nan``, the operator statistics
+        ``magnitude`` / ``rowwise``, ``progress``); default ``CollectOptions()``.
+    store : str, path-like or Store, optional
         Stream the runs to this zarr store (``.zarr``) instead of keeping them in memory;
-        the collection is resumable: re-running with the same arguments continues after
-        the last completed run (see :func:`tolstat.dataset.stream.collect_to_store`).
-    chunks : dict, "auto" or None
-        With ``store``: how to open the finished store (``None`` loads it into memory,
-        ``{"run": N}`` returns a dask-backed dataset).
-    magnitude : callable or "ref", optional
-        Record the operator-noise statistics of :func:`tolstat.measure.noise.record_statistics`
-        (``op_max``, ``op_rms``, ..., the op's invariants, and the same under the
-        intermediate-store noise shape with suffix ``_mid``) as per-run variables.
-        A callable takes the reference's arguments and returns the op applied to the
-        absolute inputs (float64, e.g. ``|A| @ |B|``); ``"ref"`` uses ``|expected|``.
-        The reduction length ``K`` is the run's covariate ``K`` (1 if absent). Not
-        supported with ``store``.
-    rowwise : bool, default False
-        With ``magnitude``: the op works on rows along the last axis (softmax, norms,
-        attention); adds the per-row statistics.
+        a plain path means ``Store(path)`` (:class:`~tolstat.dataset.options.Store` sets
+        ``chunk_runs``, how the finished store is opened, ``chunks``, and ``overwrite``).
+        The collection is resumable: re-running with the same arguments continues after
+        the last completed run (see :mod:`tolstat.dataset.stream`). Everything of
+        ``options`` is supported, operator statistics included; the result equals the
+        in-memory collection except for provenance.
 
     Returns
     -------
@@ -103,44 +82,52 @@ def collect(
     ------
     ValueError
         ``runs < 1``, unknown dtype, or any error of :func:`tolstat.error_metrics`
-        (reported with the run index).
+        (reported with the run index); with ``store``, a store made with different
+        arguments.
+    TypeError
+        ``options`` is not a :class:`~tolstat.dataset.options.CollectOptions`, ``store``
+        not a path or :class:`~tolstat.dataset.options.Store`, or a non-callable kernel.
+
+    Examples
+    --------
+    >>> import numpy as np, tolstat
+    >>> ds = tolstat.collect(lambda x: x.astype(np.float16), lambda x: x.astype(np.float64),
+    ...                      lambda rng: rng.standard_normal(64), op="copy", dtype="float16",
+    ...                      runs=3, options=tolstat.CollectOptions(sample_size=16, progress=False))
+    >>> ds.sizes["run"]
+    3
     """
-    if store is not None and magnitude is not None:
-        raise ValueError("magnitude (operator statistics) is not supported with store=...")
-    if store is not None:
-        return collect_to_store(kernel, reference, make_inputs, op=op, dtype=dtype, runs=runs,
-                                store=store, hardware=hardware, seed=seed, labels=labels,
-                                covariates=covariates, sample_size=sample_size,
-                                rel_floor=rel_floor, allow_nan=allow_nan, progress=progress,
-                                chunks=chunks)
+    opts = _options(options)
+    st = _store(store)
+    if st is not None:
+        return _collect_to_store(kernel, reference, make_inputs, op=op, dtype=dtype, runs=runs,
+                                 store=st, hardware=hardware, seed=seed, options=opts)
     if not isinstance(runs, (int, np.integer)) or runs < 1:
         raise ValueError(f"runs must be a positive integer, got {runs!r}")
     for nm, f in (("kernel", kernel), ("reference", reference), ("make_inputs", make_inputs)):
         if not callable(f):
             raise TypeError(f"{nm} must be callable, got {type(f).__name__}")
     dt = canonical_dtype(dtype)
-    found = hardware_fingerprint()
-    hw_label, plat = found.label, found.platform
-    hw = hw_label if hardware is None else str(hardware)
+    hw, plat = _hardware_of_runs(hardware)
     records: list[RunRecord] = []
-    disable = None if progress is None else not progress
+    disable = None if opts.progress is None else not opts.progress
     for i in tqdm(range(int(runs)), desc=f"collect {op}/{dt}", disable=disable, leave=False):
         rng = np.random.default_rng([seed, i])
         inp = _as_inputs(make_inputs(rng))
         actual = kernel(*inp.args, **inp.kwargs)
         expected = reference(*inp.args, **inp.kwargs)
-        cov = _merged(covariates, inp.covariates)
-        mag = magnitude(*inp.args, **inp.kwargs) if callable(magnitude) else magnitude
+        cov = _merged(opts.covariates, inp.covariates)
+        mag = opts.magnitude(*inp.args, **inp.kwargs) if callable(opts.magnitude) else opts.magnitude
         records.append(
             _record(actual, expected, i, op=op, dtype=dt, hardware=hw, platform=plat,
-                    seed=seed, labels=_merged(labels, inp.labels),
-                    covariates=cov, sample_size=sample_size,
-                    rel_floor=rel_floor, allow_nan=allow_nan, rng=rng,
-                    magnitude=mag, rowwise=rowwise)
+                    seed=seed, labels=_merged(opts.labels, inp.labels),
+                    covariates=cov, sample_size=opts.sample_size,
+                    rel_floor=opts.rel_floor, allow_nan=opts.allow_nan, rng=rng,
+                    magnitude=mag, rowwise=opts.rowwise)
         )
     return build_dataset(
         records,
-        sample_size=sample_size,
+        sample_size=opts.sample_size,
         provenance=_provenance("tolstat.collect", kernel=_name(kernel),
                                reference=_name(reference), seed=seed, runs=int(runs)),
     )
@@ -152,15 +139,8 @@ def from_pairs(
     op: str,
     dtype: Any,
     hardware: str | None = None,
-    labels: Mapping[str, Any] | None = None,
-    covariates: Mapping[str, float] | None = None,
-    sample_size: int = DEFAULT_SAMPLE_SIZE,
     seed: int = 0,
-    rel_floor: float | None = None,
-    allow_nan: bool = False,
-    progress: bool | None = None,
-    magnitude: str | None = None,
-    rowwise: bool = False,
+    options: CollectOptions | None = None,
 ) -> xr.Dataset:
     """Build an error dataset from (actual, expected) outputs the user already has.
 
@@ -177,28 +157,36 @@ def from_pairs(
         :func:`tolstat.measure.noise.noise_scale`); with it, the operator-noise statistics of
         :func:`tolstat.measure.noise.record_statistics` are stored per run. Either every pair has a
         magnitude or none.
-    op, dtype, hardware, labels, covariates, sample_size, rel_floor, allow_nan, progress
+    op, dtype, hardware
         As in :func:`collect`.
     seed : int, default 0
         Seed of the element sampling (run ``i`` uses ``default_rng([seed, i])``).
-    magnitude : "ref", optional
-        ``"ref"``: store the operator-noise statistics for pairs without a magnitude
-        array too, with ``m = |expected|``.
-    rowwise : bool, default False
-        As in :func:`collect`.
+    options : CollectOptions, optional
+        As in :func:`collect`, except that ``options.magnitude`` may only be ``"ref"``:
+        store the operator-noise statistics for pairs without a magnitude array too,
+        with ``m = |expected|``.
 
     Returns
     -------
     xarray.Dataset
+
+    Raises
+    ------
+    ValueError
+        No pairs, a malformed pair, ``options.magnitude`` other than None or ``"ref"``, or
+        any error of :func:`tolstat.error_metrics` (reported with the pair index).
+    TypeError
+        ``options`` is not a :class:`~tolstat.dataset.options.CollectOptions`.
     """
+    opts = _options(options)
+    magnitude, labels, covariates = opts.magnitude, opts.labels, opts.covariates
     if magnitude not in (None, "ref"):
-        raise ValueError(f"magnitude must be None or 'ref', got {magnitude!r}")
+        raise ValueError(f"from_pairs: CollectOptions.magnitude must be None or 'ref' (a pair carries its "
+                         f"own magnitude array), got {magnitude!r}")
     dt = canonical_dtype(dtype)
-    found = hardware_fingerprint()
-    hw_label, plat = found.label, found.platform
-    hw = hw_label if hardware is None else str(hardware)
+    hw, plat = _hardware_of_runs(hardware)
     records: list[RunRecord] = []
-    disable = None if progress is None else not progress
+    disable = None if opts.progress is None else not opts.progress
     for i, item in enumerate(tqdm(pairs, desc=f"from_pairs {op}/{dt}", disable=disable, leave=False)):
         if isinstance(item, Mapping):
             try:
@@ -226,10 +214,10 @@ def from_pairs(
         records.append(
             _record(actual, expected, i, op=op, dtype=dt, hardware=hw, platform=plat,
                     seed=-1, labels=_merged(labels, lab), covariates=_merged(covariates, cov),
-                    sample_size=sample_size, rel_floor=rel_floor, allow_nan=allow_nan, rng=rng,
-                    magnitude=mag, rowwise=rowwise)
+                    sample_size=opts.sample_size, rel_floor=opts.rel_floor, allow_nan=opts.allow_nan,
+                    rng=rng, magnitude=mag, rowwise=opts.rowwise)
         )
     if not records:
         raise ValueError("from_pairs got no pairs")
-    return build_dataset(records, sample_size=sample_size,
+    return build_dataset(records, sample_size=opts.sample_size,
                          provenance=_provenance("tolstat.from_pairs", runs=len(records)))

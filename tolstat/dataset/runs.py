@@ -97,6 +97,13 @@ def hardware_fingerprint() -> Hardware:
     return Hardware(label, "; ".join(parts))
 
 
+def _hardware_of_runs(hardware: str | None) -> tuple[str, str]:
+    """The hardware label runs are recorded under (the given one, else this machine's) and
+    this machine's platform string."""
+    found = hardware_fingerprint()
+    return (found.label if hardware is None else str(hardware)), found.platform
+
+
 def _provenance(kind: str, **extra: Any) -> dict[str, Any]:
     prov = {"created_by": kind, "host": socket.gethostname(), "pid": os.getpid()}
     prov.update({k: v for k, v in extra.items() if v is not None})

@@ -1,6 +1,7 @@
 """Streaming, resumable collection into a zarr store (for collections too large for memory).
 
-:func:`collect_to_store` does what :func:`tolstat.collect` does, but writes every run to a
+``tolstat.collect(..., store=path)`` (or ``store=Store(path, ...)``, see
+:class:`~tolstat.dataset.options.Store`) writes every run to a
 zarr store (``zarr_format=2``) in blocks of consecutive runs (at most ``min(chunk_runs,
 256)`` runs, or what was measured in one second), so memory stays bounded and a crash
 loses at most the runs of the block in flight: re-running with the same arguments continues where
@@ -19,7 +20,8 @@ arrays are written. A run is done exactly when its line is in the log. When all 
 done the store is *finalized*: string labels are written from the log, the ``sample``
 dimension is trimmed as :func:`tolstat.dataset.records.build_dataset` trims it, provenance is set
 and the metadata consolidated; the result opens with :func:`tolstat.open_errors` and
-equals ``tolstat.collect(...)`` with the same arguments except for provenance.
+equals ``tolstat.collect(...)`` with the same arguments (operator statistics of
+``CollectOptions(magnitude=..., rowwise=...)`` included) except for provenance.
 
 A lock file ``.<store name>.lock`` next to the store keeps two processes from writing the
 same store. Durability is against process crashes (SIGKILL, OOM, exceptions); chunk data
@@ -48,20 +50,25 @@ from tolstat._base.dtypes import canonical_dtype
 from tolstat._base.util import _tmp_path, clean_stale, remove_tree
 from tolstat._base.validate import code_fingerprint
 from tolstat._version import __version__
-from tolstat.dataset.runs import _as_inputs, _merged, _name, _provenance, _record, hardware_fingerprint
+from tolstat.dataset.runs import _as_inputs, _hardware_of_runs, _merged, _name, _provenance, _record
+from tolstat.dataset.options import CollectOptions, Store
 from tolstat.dataset.records import RunRecord, _label_value, build_dataset
-from tolstat.dataset.schema import BUILTIN_COVARIATES, DEFAULT_SAMPLE_SIZE, FINGERPRINT, RUN_STATS, SAMPLE_VARS
+from tolstat.dataset.schema import BUILTIN_COVARIATES, FINGERPRINT, RUN_STATS, SAMPLE_VARS
 from tolstat.dataset.io import open_errors
 
-__all__ = ["collect_to_store", "open_store", "store_progress", "StoreProgress"]
+__all__ = ["open_store", "store_progress", "StoreProgress"]
 
 SIDE = "tolstat_stream"
 LOG = "done.log"
 MANIFEST_VERSION = 1
 #: manifest keys that must match for a resume
 IDENTITY = ("op", "dtype", "seed", "runs", "hardware", "labels", "covariates", "sample_size",
-            "rel_floor", "allow_nan", "kernel", "reference", "make_inputs",
-            "kernel_code", "reference_code", "make_inputs_code")
+            "rel_floor", "allow_nan", "magnitude", "rowwise", "kernel", "reference", "make_inputs",
+            "kernel_code", "reference_code", "make_inputs_code", "magnitude_code")
+#: what a manifest written before a key existed means by its absence (no operator statistics)
+IDENTITY_DEFAULTS: dict[str, Any] = {"magnitude": None, "rowwise": False, "magnitude_code": None}
+#: data variables holding operator statistics (``RunRecord.op_stats``) carry this role
+OP_ROLE = "op_statistic"
 STRING_LABELS = ("op", "dtype", "hardware", "platform", "shape")
 
 
@@ -87,23 +94,28 @@ class StoreProgress:
     manifest: dict[str, Any] = field(default_factory=dict)
 
 
-def _manifest(*, op: str, dtype: str, seed: int, runs: int, hardware: str,
-              labels: Mapping[str, Any] | None, covariates: Mapping[str, float] | None,
-              sample_size: int, rel_floor: float | None, allow_nan: bool,
+def _manifest(*, op: str, dtype: str, seed: int, runs: int, hardware: str, options: CollectOptions,
               kernel: Any, reference: Any, make_inputs: Any, chunk_runs: int) -> dict[str, Any]:
+    o = options
+    mag = o.magnitude
     return {
         "version": MANIFEST_VERSION,
         "op": str(op), "dtype": dtype, "seed": int(seed), "runs": int(runs),
         "hardware": hardware,
-        "labels": {str(k): _label_value(k, v) for k, v in (labels or {}).items()},
-        "covariates": {str(k): float(v) for k, v in (covariates or {}).items()},
-        "sample_size": int(sample_size),
-        "rel_floor": None if rel_floor is None else float(rel_floor),
-        "allow_nan": bool(allow_nan),
+        "labels": {str(k): _label_value(k, v) for k, v in (o.labels or {}).items()},
+        "covariates": {str(k): float(v) for k, v in (o.covariates or {}).items()},
+        "sample_size": int(o.sample_size),
+        "rel_floor": None if o.rel_floor is None else float(o.rel_floor),
+        "allow_nan": bool(o.allow_nan),
+        # the operator statistics: None, "ref" or the magnitude function's qualified name
+        # (a callable object or partial: its class's; its code is compared by magnitude_code)
+        "magnitude": (getattr(mag, "__qualname__", None) or type(mag).__qualname__) if callable(mag) else mag,
+        "rowwise": bool(o.rowwise),
         "kernel": _name(kernel), "reference": _name(reference), "make_inputs": _name(make_inputs),
         # identity by code, not by name: a kernel whose body changed is another kernel
         "kernel_code": code_fingerprint(kernel), "reference_code": code_fingerprint(reference),
         "make_inputs_code": code_fingerprint(make_inputs),
+        "magnitude_code": code_fingerprint(mag) if callable(mag) else None,
         "chunk_runs": int(chunk_runs),
         "complete": False,
     }
@@ -243,7 +255,11 @@ def _create_store(store: Path, rec0: RunRecord, manifest: dict[str, Any]) -> Non
         raise
 
 
-def _check_run(i: int, rec: RunRecord, size: int, label_keys: list[str], cov_keys: list[str]) -> None:
+def _check_run(i: int, rec: RunRecord, size: int, label_keys: list[str], cov_keys: list[str],
+               op_keys: list[str]) -> None:
+    if set(rec.op_stats) != set(op_keys):
+        raise ValueError(f"run {i} has operator statistics {sorted(rec.op_stats)} but the store has "
+                         f"{sorted(op_keys)}: give a magnitude for every run or for none")
     if set(rec.labels) != set(label_keys):
         raise ValueError(f"run {i} has labels {sorted(rec.labels)} but the store has "
                          f"{sorted(label_keys)}: every run of a dataset needs the same label names")
@@ -256,7 +272,7 @@ def _check_run(i: int, rec: RunRecord, size: int, label_keys: list[str], cov_key
 
 
 def _write_block(arrays: Mapping[str, Any], block: list[tuple[int, RunRecord]], size: int,
-                 cov_keys: list[str]) -> None:
+                 cov_keys: list[str], op_keys: list[str]) -> None:
     """Write consecutive runs ``block`` (checked by :func:`_check_run`) with one zarr write per array."""
     i0, m = block[0][0], len(block)
     recs = [r for _, r in block]
@@ -272,6 +288,8 @@ def _write_block(arrays: Mapping[str, Any], block: list[tuple[int, RunRecord]], 
         arrays[name][sl] = np.array([r.stats[name] for r in recs])
     for name in cov_keys:
         arrays[name][sl] = np.array([r.covariates[name] for r in recs])
+    for name in op_keys:
+        arrays[name][sl] = np.array([r.op_stats[name] for r in recs], dtype=np.float64)
     if FINGERPRINT in arrays:
         arrays[FINGERPRINT][sl] = np.array([r.ref_fingerprint for r in recs], dtype=np.int64)
     arrays["n_sample"][sl] = np.array([len(r.samples["sample_abs"]) for r in recs])
@@ -321,7 +339,7 @@ def _clean_partials(store: Path) -> None:
             p.unlink()
 
 
-def collect_to_store(
+def _collect_to_store(
     kernel: Callable[..., Any],
     reference: Callable[..., Any],
     make_inputs: Callable[[np.random.Generator], Any],
@@ -329,44 +347,28 @@ def collect_to_store(
     op: str,
     dtype: Any,
     runs: int,
-    store: str | os.PathLike[str] = "runs.zarr",
-    hardware: str | None = None,
-    seed: int = 0,
-    labels: Mapping[str, Any] | None = None,
-    covariates: Mapping[str, float] | None = None,
-    sample_size: int = DEFAULT_SAMPLE_SIZE,
-    rel_floor: float | None = None,
-    allow_nan: bool = False,
-    progress: bool | None = None,
-    chunk_runs: int = 1024,
-    chunks: Any = None,
-    overwrite: bool = False,
+    store: Store,
+    hardware: str | None,
+    seed: int,
+    options: CollectOptions,
 ) -> xr.Dataset:
-    """Like :func:`tolstat.collect`, but stream every run to a resumable zarr store.
+    """``tolstat.collect(..., store=store)``: stream every run to a resumable zarr store.
 
     Parameters
     ----------
-    kernel, reference, make_inputs, op, dtype, runs, hardware, seed, labels, covariates, sample_size, rel_floor, allow_nan, progress
+    kernel, reference, make_inputs, op, dtype, runs, hardware, seed, options
         As in :func:`tolstat.collect` (run ``i`` uses ``numpy.random.default_rng([seed, i])``,
-        so the store equals the in-memory collection).
-    store : str or path-like, default "runs.zarr"
-        The zarr store (a directory ending in ``.zarr``). If it exists and was made by
-        this function with the same arguments, the collection resumes: completed runs are
-        kept and only the missing ones are measured.
-    chunk_runs : int, default 1024
-        Chunk length along ``run`` of the run-level arrays is ``8 * chunk_runs``; the
-        sample arrays use chunks of about 1 MiB (at most ``chunk_runs`` runs).
-    chunks : dict, "auto" or None
-        How to open the finished store (:func:`tolstat.open_errors`): ``None`` loads it
-        into memory, ``{"run": N}`` returns a dask-backed dataset (use this for large
-        stores).
-    overwrite : bool, default False
-        Delete an existing store first instead of resuming.
+        so the store equals the in-memory collection, operator statistics included).
+    store : Store
+        The zarr store and how it is written and opened
+        (:class:`~tolstat.dataset.options.Store`). If it exists and was made with the
+        same arguments, the collection resumes: completed runs are kept and only the
+        missing ones are measured.
 
     Returns
     -------
     xarray.Dataset
-        The finished error dataset, opened from the store.
+        The finished error dataset, opened from the store (``store.chunks``).
 
     Raises
     ------
@@ -377,55 +379,47 @@ def collect_to_store(
     RuntimeError
         Another process is writing the same store.
     """
-    path = _check_store_args(kernel, reference, make_inputs, runs, store, sample_size, chunk_runs)
+    path = _check_store_args(kernel, reference, make_inputs, runs, store)
+    o = options
     dt = canonical_dtype(dtype)
-    found = hardware_fingerprint()
-    hw_label, plat = found.label, found.platform
-    hw = hw_label if hardware is None else str(hardware)
+    hw, plat = _hardware_of_runs(hardware)
     runs = int(runs)
-    manifest = _manifest(op=op, dtype=dt, seed=seed, runs=runs, hardware=hw, labels=labels,
-                         covariates=covariates, sample_size=sample_size, rel_floor=rel_floor,
-                         allow_nan=allow_nan, kernel=kernel, reference=reference,
-                         make_inputs=make_inputs, chunk_runs=chunk_runs)
+    manifest = _manifest(op=op, dtype=dt, seed=seed, runs=runs, hardware=hw, options=o, kernel=kernel,
+                         reference=reference, make_inputs=make_inputs, chunk_runs=store.chunk_runs)
 
     def measure(i: int) -> RunRecord:
         rng = np.random.default_rng([seed, i])
         inp = _as_inputs(make_inputs(rng))
         actual = kernel(*inp.args, **inp.kwargs)
         expected = reference(*inp.args, **inp.kwargs)
+        mag = o.magnitude(*inp.args, **inp.kwargs) if callable(o.magnitude) else o.magnitude
         return _record(actual, expected, i, op=op, dtype=dt, hardware=hw, platform=plat,
-                       seed=seed, labels=_merged(labels, inp.labels),
-                       covariates=_merged(covariates, inp.covariates), sample_size=sample_size,
-                       rel_floor=rel_floor, allow_nan=allow_nan, rng=rng)
+                       seed=seed, labels=_merged(o.labels, inp.labels),
+                       covariates=_merged(o.covariates, inp.covariates), sample_size=o.sample_size,
+                       rel_floor=o.rel_floor, allow_nan=o.allow_nan, rng=rng,
+                       magnitude=mag, rowwise=o.rowwise)
 
     with _locked(path):
-        manifest, first = _open_or_create(path, manifest, overwrite, measure)
+        manifest, first = _open_or_create(path, manifest, bool(store.overwrite), measure)
         log = _read_log(path)
         if not manifest.get("complete"):
             todo = [i for i in range(runs) if i not in log]
             if todo:
-                disable = None if progress is None else not progress
+                disable = None if o.progress is None else not o.progress
                 bar = tqdm(todo, desc=f"collect {op}/{dt} -> {path.name}", disable=disable, leave=False)
                 _write_runs(path, manifest, log, bar, first, measure)
             _finalize(path, manifest, log)
-    return open_errors(path, chunks=chunks)
+    return open_errors(path, chunks=store.chunks)
 
 
-def _check_store_args(kernel: Any, reference: Any, make_inputs: Any, runs: Any, store: Any,
-                      sample_size: int, chunk_runs: int) -> Path:
-    """Validate the arguments of :func:`collect_to_store`; the store path."""
+def _check_store_args(kernel: Any, reference: Any, make_inputs: Any, runs: Any, store: Store) -> Path:
+    """Validate the arguments of a streaming collection; the store path."""
     if not isinstance(runs, (int, np.integer)) or runs < 1:
         raise ValueError(f"runs must be a positive integer, got {runs!r}")
     for nm, f in (("kernel", kernel), ("reference", reference), ("make_inputs", make_inputs)):
         if not callable(f):
             raise TypeError(f"{nm} must be callable, got {type(f).__name__}")
-    if sample_size < 1:
-        raise ValueError(f"sample_size must be >= 1, got {sample_size}")
-    if chunk_runs < 1:
-        raise ValueError(f"chunk_runs must be >= 1, got {chunk_runs}")
-    path = Path(store)
-    if path.suffix.lower() != ".zarr":
-        raise ValueError(f"store must be a zarr directory ending in '.zarr', got {os.fspath(path)!r}")
+    path = Path(store.path)
     if not path.parent.exists():
         raise FileNotFoundError(f"directory {os.fspath(path.parent)!r} does not exist")
     return path
@@ -438,10 +432,11 @@ def _open_or_create(path: Path, manifest: dict[str, Any], overwrite: bool,
         remove_tree(path)
     if path.exists():
         old = _read_manifest(path)
+        was = {key: old.get(key, IDENTITY_DEFAULTS.get(key)) for key in IDENTITY}
         diff = [(f"{key[:-5]}: the code of {manifest[key[:-5]]!r} differs from the one the store "
-                 f"was collected with (code hash {old.get(key)!r} vs {manifest[key]!r})")
-                if key.endswith("_code") else f"{key}: store has {old.get(key)!r}, call has {manifest[key]!r}"
-                for key in IDENTITY if old.get(key) != manifest[key]]
+                 f"was collected with (code hash {was[key]!r} vs {manifest[key]!r})")
+                if key.endswith("_code") else f"{key}: store has {was[key]!r}, call has {manifest[key]!r}"
+                for key in IDENTITY if was[key] != manifest[key]]
         if diff:
             raise ValueError(
                 f"store {os.fspath(path)!r} was made with different arguments; resuming "
@@ -471,6 +466,7 @@ def _write_runs(path: Path, manifest: Mapping[str, Any], log: dict[int, dict[str
     label_keys = [x for x in str(g.attrs.get("labels", "")).split(",") if x]
     cov_keys = [x for x in str(g.attrs.get("covariates", "")).split(",") if x
                 and x not in BUILTIN_COVARIATES]
+    op_keys = [name for name, arr in arrays.items() if arr.attrs.get("role") == OP_ROLE]
     size = int(manifest["sample_size"])
     limit = max(1, min(BLOCK_RUNS, int(manifest.get("chunk_runs", BLOCK_RUNS))))
     buf: list[tuple[int, RunRecord]] = []
@@ -480,7 +476,7 @@ def _write_runs(path: Path, manifest: Mapping[str, Any], log: dict[int, dict[str
         start = 0
         for k in range(1, len(buf) + 1):  # consecutive run indices share one write
             if k == len(buf) or buf[k][0] != buf[k - 1][0] + 1:
-                _write_block(arrays, buf[start:k], size, cov_keys)
+                _write_block(arrays, buf[start:k], size, cov_keys, op_keys)
                 start = k
         labs = [(i, _string_labels(rec)) for i, rec in buf]
         _append_log(path, labs)
@@ -490,7 +486,7 @@ def _write_runs(path: Path, manifest: Mapping[str, Any], log: dict[int, dict[str
     try:
         for i in todo:
             rec = first if (i == 0 and first is not None) else measure(i)
-            _check_run(i, rec, size, label_keys, cov_keys)
+            _check_run(i, rec, size, label_keys, cov_keys, op_keys)
             buf.append((i, rec))
             if len(buf) >= limit or time.monotonic() - last >= FLUSH_SECONDS:
                 flush()
@@ -517,7 +513,7 @@ def open_store(store: str | os.PathLike[str], *, chunks: Any = None, partial: bo
     Parameters
     ----------
     store : str or path-like
-        A store written by :func:`collect_to_store`.
+        A store written by ``tolstat.collect(..., store=...)``.
     chunks : dict, "auto" or None
         As in :func:`tolstat.open_errors`.
     partial : bool, default False
@@ -536,7 +532,7 @@ def open_store(store: str | os.PathLike[str], *, chunks: Any = None, partial: bo
     if not partial:
         raise ValueError(
             f"collection in {os.fspath(path)!r} is unfinished ({len(prog.done)} of "
-            f"{prog.runs} runs done): re-run collect_to_store with the same arguments to "
+            f"{prog.runs} runs done): re-run collect(..., store=...) with the same arguments to "
             "finish it, or pass partial=True"
         )
     if not prog.done:
