@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from tolstat.calibration.engine import certify
+from tolstat.calibration.engine import CertifyOptions, certify
 from tolstat.calibration.units import fit_size
 from tolstat.models.estimators.orderstat import order_statistic_min_n
 
@@ -158,7 +158,7 @@ def run_cell(family: str, n: int, budget: float, *, n_stats: int = 1, groups: in
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             res = certify(st, labels, fp_budget=budget, confidence=CONFIDENCE, cluster=cluster,
-                          seed=i, on_refusal="record")
+                          on_refusal="record", options=CertifyOptions(seed=i))
         if "0" not in res.groups:
             refused += 1
             continue

@@ -12,11 +12,14 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from tolstat.calibration.certificate import UnreachableThresholdWarning
-from tolstat.calibration.engine import certify
+from tolstat.calibration.engine import CertifyOptions, certify
 from tolstat._base.util import NotEnoughData
 from tolstat.calibration.units import collapse, fit_normalisers, fit_size, split_units
 from tolstat.measure.noise import combined_score as score
 from tolstat.models.estimators.orderstat import order_statistic_min_n, order_statistic_rank
+
+#: a pool of different operators: each member scored with its own normalisers
+OWN = CertifyOptions(pool_normalisers="own")
 
 
 # --------------------------------------------------------------------------- units
@@ -121,7 +124,7 @@ def test_holm_adjusts_the_finite_p_values_and_keeps_nan():
 def test_order_statistic_threshold_is_the_binomial_rank_of_B():
     rng = np.random.default_rng(1)
     t = {"m": np.abs(rng.standard_normal(500)), "r": rng.exponential(size=500)}
-    c = certify(t, fp_budget=0.01, seed=5)["all"]
+    c = certify(t, fp_budget=0.01, options=CertifyOptions(seed=5))["all"]
     assert c.method == "order_statistic" and c.n_fit == 100 and c.n_cal == 400
     u = collapse(t)
     iA, iB = split_units(500, 100, 5)
@@ -205,7 +208,7 @@ def test_unreachable_threshold_is_flagged_and_warned():
 
 def test_conformal_is_labelled_marginal():
     x = np.random.default_rng(7).exponential(size=150)
-    c = certify({"m": x}, fp_budget=0.01, rule="conformal")["all"]
+    c = certify({"m": x}, fp_budget=0.01, options=CertifyOptions(rule="conformal"))["all"]
     assert c.method == "conformal" and c.guarantee.startswith("marginal") and "no confidence level" in c.guarantee
     assert c.rank == math.ceil(151 * 0.99 - 1e-9)
 
@@ -223,7 +226,6 @@ def test_nan_statistic_left_out_and_infinite_refused():
 @pytest.mark.parametrize("kw, msg", [
     (dict(fp_budget=0.0), "fp_budget must be a probability in"),
     (dict(fp_budget=0.01, confidence=1.0), "confidence must lie strictly"),
-    (dict(fp_budget=0.01, rule="evt"), "rule must be one of"),
     (dict(fp_budget=0.01, on_refusal="skip"), "on_refusal must be"),
     (dict(fp_budget=0.01, floor={"zz": 1.0}), r"floor names unknown statistics \['zz'\]"),
     (dict(fp_budget=0.01, floor=-1.0), "floor must be >= 0"),
@@ -249,7 +251,7 @@ def test_pooling_with_two_statistics_spends_few_fitting_units():
     rng = np.random.default_rng(16)
     st = {"m": np.abs(rng.standard_normal(300)), "r": rng.exponential(size=300)}
     lab = np.repeat([f"g{i}" for i in range(10)], 30)
-    res = certify(st, lab, fit_fraction=0.2, fp_budget=0.01)
+    res = certify(st, lab, fp_budget=0.01, options=CertifyOptions(fit_fraction=0.2))
     c = res["g0"]
     # 300 units, 299 needed: one unit fits the pool's shared normalisers
     assert c.n_scores == 299 and c.n_fit == 1 and res["g1"].n_fit == 0
@@ -280,10 +282,10 @@ def test_pooling_refuses_a_group_with_larger_scores():
 def test_pooling_respects_pool_by_and_min_pool():
     st, lab = _groups(np.random.default_rng(11))
     key = {f"g{i}": ("a" if i < 2 else "b") for i in range(10)}
-    res = certify(st, lab, fp_budget=0.02, pool_by=key, on_refusal="record")
+    res = certify(st, lab, fp_budget=0.02, on_refusal="record", options=CertifyOptions(pool_by=key))
     assert set(res.refused) == {"g0", "g1"} and "min_pool" in str(res.refused["g0"])
     assert res["g5"].pool == tuple(f"g{i}" for i in range(2, 10))
-    res = certify(st, lab, fp_budget=0.02, pooling=False, on_refusal="record")
+    res = certify(st, lab, fp_budget=0.02, on_refusal="record", options=CertifyOptions(pooling=False))
     assert len(res.refused) == 10 and "pooling is off" in str(res.refused["g0"])
 
 
@@ -305,6 +307,7 @@ def test_exact_group_is_not_a_donor():
     assert "g0" not in res["g1"].pool and res["g1"].n_scores == 300
 
 
+@pytest.mark.slow
 def test_pooled_threshold_promise_in_simulation_3x_group():
     """Non-exchangeable group (3x larger): refused, or its threshold keeps the promise."""
     import sys
@@ -350,7 +353,7 @@ def test_undeclared_clusters_break_the_promise_declared_ones_do_not():
     R = 200
     for i in range(R):
         x = np.repeat(np.abs(rng.standard_normal(100)), 3)
-        c = certify({"m": x}, fp_budget=0.02, seed=i)["all"]  # undeclared: n = 300 >= 149
+        c = certify({"m": x}, fp_budget=0.02, options=CertifyOptions(seed=i))["all"]  # undeclared: n = 300 >= 149
         viol += stats.halfnorm.sf(c.threshold * c.normalisers["m"]) > 0.02
         res = certify({"m": x}, fp_budget=0.02, cluster=case, on_refusal="record")
         refused += "all" in res.refused
@@ -384,7 +387,7 @@ def test_sparse_group_is_tested_on_its_few_scores_and_keeps_its_own_bound():
     from tolstat.calibration.pooling import _can_refuse, _pool_p_shape
 
     st, lab = _sparse_pool(np.random.default_rng(21))
-    res = certify(st, lab, fp_budget=0.01, pool_normalisers="own", on_refusal="record")
+    res = certify(st, lab, fp_budget=0.01, on_refusal="record", options=OWN)
     c = res["sparse0"]  # 7 inexact units: enough to bound its level; a few in its part B
     assert c.method == "pooled_order_statistic" and "weakly_tested" in c.flags
     assert "fewer than min_test_units = 8" in c.guarantee and "distribution-free" in c.guarantee
@@ -415,12 +418,12 @@ def test_sparse_group_far_heavier_than_the_pool_is_refused():
     st, lab = _sparse_pool(rng, k_pos=(0,))
     rows = np.flatnonzero(lab == "sparse0")
     iA, iB = split_units(100, 33, 0)  # the split of a small group pooling with its own normalisers
-    assert certify(st, lab, fp_budget=0.01, pool_normalisers="own", on_refusal="record")["sparse0"].method == "exact"
+    assert certify(st, lab, fp_budget=0.01, on_refusal="record", options=OWN)["sparse0"].method == "exact"
     normal, huge = np.r_[iA[:3], iB[:3]], iB[3:6]  # 6 inexact units at one level, 3 of B far beyond it
     for k, c in (("T0", 1.0), ("T1", 3.0)):
         st[k][rows[normal]] = c * np.abs(rng.standard_normal(6))
         st[k][rows[huge]] = c * 1e4
-    res = certify(st, lab, fp_budget=0.01, pool_normalisers="own", on_refusal="record")
+    res = certify(st, lab, fp_budget=0.01, on_refusal="record", options=OWN)
     assert "sparse0" in res.refused and "heavier upper tail" in str(res.refused["sparse0"])
 
 
@@ -437,7 +440,7 @@ def test_sparse_group_threshold_is_raised_to_its_own_largest_score():
     for k, c in (("T0", 1.0), ("T1", 3.0)):
         st[k][rows[pos]] = c * (0.5 + rng.random(11))
         st[k][rows[iB[4]]] = c * 1e3
-    res = certify(st, lab, fp_budget=0.01, pool_normalisers="own", on_refusal="record")
+    res = certify(st, lab, fp_budget=0.01, on_refusal="record", options=OWN)
     c = res["sparse0"]
     assert "weakly_tested" in c.flags and "raised to its own largest calibration score" in c.reason
     assert c.threshold == pytest.approx(1e3 * 3.0 / c.normalisers["T1"])
@@ -475,8 +478,48 @@ def test_stats_errors_name_the_stats_argument():
 
 
 def test_pool_alpha_is_validated_by_name():
-    with pytest.raises(ValueError, match=r"^pool_alpha must lie strictly between 0 and 1, got 0\.0"):
-        certify({"m": np.ones(400)}, fp_budget=0.01, pool_alpha=0.0)
+    with pytest.raises(ValueError, match=r"^CertifyOptions\.pool_alpha must lie strictly between 0 and 1, got 0\.0"):
+        CertifyOptions(pool_alpha=0.0)
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(rule="evt"), r"^CertifyOptions\.rule must be one of \('order_statistic', 'conformal'\), got 'evt'"),
+    (dict(pool_alpha=2), r"^CertifyOptions\.pool_alpha must lie strictly between 0 and 1, got 2\.0"),
+    (dict(pool_alpha="x"), r"^CertifyOptions\.pool_alpha must be a number in \(0, 1\)"),
+    (dict(pool_normalisers="mine"), r"^CertifyOptions\.pool_normalisers must be 'shared' or 'own', got 'mine'"),
+    (dict(min_pool=1), r"^CertifyOptions\.min_pool must be an integer >= 2, got 1"),
+    (dict(seed=-1), r"^CertifyOptions\.seed must be an integer >= 0, got -1"),
+    (dict(min_test_units=2.5), r"^CertifyOptions\.min_test_units must be an integer >= 1, got 2\.5"),
+    (dict(min_fit=20, max_fit=10), r"^CertifyOptions needs min_fit <= max_fit, got min_fit=20, max_fit=10"),
+    (dict(fit_fraction=1.0), r"^CertifyOptions\.fit_fraction must lie in \[0, 1\), got 1\.0"),
+    (dict(norm_quantile=0.0), r"^CertifyOptions\.norm_quantile must lie in \(0, 1\], got 0\.0"),
+])
+def test_certify_options_validate_their_fields(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        CertifyOptions(**kw)
+
+
+def test_certify_options_pooling_is_a_flag():
+    with pytest.raises(TypeError, match=r"^CertifyOptions\.pooling must be True or False, got 1"):
+        CertifyOptions(pooling=1)
+
+
+def test_certify_options_must_be_certify_options():
+    with pytest.raises(TypeError, match=r"^options must be a CertifyOptions, got dict"):
+        certify({"m": np.ones(400)}, fp_budget=0.01, options={"seed": 1})
+    with pytest.raises(TypeError, match="unexpected keyword argument 'seed'"):
+        certify({"m": np.ones(400)}, fp_budget=0.01, seed=1)  # the settings live in CertifyOptions
+
+
+def test_certify_default_options_are_certify_options():
+    rng = np.random.default_rng(3)
+    t = {"m": np.abs(rng.standard_normal(400)), "r": rng.exponential(size=400)}
+    a, b = certify(t, fp_budget=0.01)["all"], certify(t, fp_budget=0.01, options=CertifyOptions())["all"]
+    assert (a.threshold, a.normalisers, a.n_fit) == (b.threshold, b.normalisers, b.n_fit)
+    opts = CertifyOptions()
+    assert (opts.rule, opts.pooling, opts.pool_by, opts.pool_alpha, opts.min_pool, opts.min_test_units,
+            opts.pool_normalisers, opts.seed, opts.fit_fraction, opts.min_fit, opts.max_fit, opts.norm_quantile) == (
+        "order_statistic", True, None, 0.01, 3, 8, "shared", 0, 0.2, 10, 200, 1.0)
 
 
 def test_normaliser_of_a_statistic_without_positive_value_is_its_positive_resolution_else_one():
@@ -520,7 +563,8 @@ def test_own_pool_fits_a_third_of_a_small_groups_units_on_its_inexact_units():
     rng = np.random.default_rng(41)
     m, lab = _own_pool(rng, exact_share=0.4)
     st = {"T0": m[:, 0], "T1": m[:, 1]}
-    res = certify(st, lab, fp_budget=0.01, pool_normalisers="own", norm_quantile=0.5, on_refusal="record")
+    res = certify(st, lab, fp_budget=0.01, on_refusal="record",
+                  options=CertifyOptions(pool_normalisers="own", norm_quantile=0.5))
     assert res.groups, res.refused
     n_fit = 100 // 3
     iA, iB = _seeded_split(100, n_fit)
@@ -535,7 +579,7 @@ def test_own_pool_fits_a_third_of_a_small_groups_units_on_its_inexact_units():
 def test_own_pool_with_one_statistic_still_fits_its_own_normaliser_on_a_third():
     rng = np.random.default_rng(42)
     m, lab = _own_pool(rng)
-    res = certify({"T0": m[:, 0]}, lab, fp_budget=0.01, pool_normalisers="own", on_refusal="record")
+    res = certify({"T0": m[:, 0]}, lab, fp_budget=0.01, on_refusal="record", options=OWN)
     assert res.groups, res.refused
     iA, _ = _seeded_split(100, 33)
     for gname, c in res.groups.items():
@@ -561,8 +605,8 @@ def test_own_pool_refuses_a_group_whose_level_cannot_be_bounded_by_name():
     m, lab = np.vstack([m, sparse]), np.r_[lab, ["sparse"] * 100]
     need = math.ceil(math.log2(3 / (1 - 0.95)))
     assert need == 6 and pos.size < need
-    res = certify({"T0": m[:, 0], "T1": m[:, 1]}, lab, fp_budget=0.01, pool_normalisers="own",
-                  on_refusal="record")
+    res = certify({"T0": m[:, 0], "T1": m[:, 1]}, lab, fp_budget=0.01, on_refusal="record",
+                  options=OWN)
     assert set(res.refused) == {"sparse"} and len(res) == 10
     err = res.refused["sparse"]
     assert err.group == "sparse" and str(err).startswith("group sparse: 67 calibration units < 299 needed")

@@ -1,4 +1,4 @@
-"""Coverage simulation of pools of different operators (``certify(pool_normalisers="own")``).
+"""Coverage simulation of pools of different operators (``CertifyOptions(pool_normalisers="own")``).
 
 Groups of 100 units (fewer than the 299 an own order statistic needs at budget 1% and
 confidence 0.95) differ in their share of exact runs ``pi_g`` (all statistics 0, as a
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tolstat.calibration.engine import certify
+from tolstat.calibration.engine import CertifyOptions, certify
 
 BUDGET, CONFIDENCE, GROUPS, UNITS = 0.01, 0.95, 10, 100
 C_J = np.array([1.0, 3.0])  # levels of the two statistics
@@ -75,8 +75,8 @@ def _run(family, repeats, heavy=None, seed=0, pi=None, own=None, weak=None):
         st, lab = _draw(rng, draw, pi, c, heavy)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            res = certify(st, lab, fp_budget=BUDGET, confidence=CONFIDENCE, pool_normalisers="own",
-                          on_refusal="record", seed=k)
+            res = certify(st, lab, fp_budget=BUDGET, confidence=CONFIDENCE, on_refusal="record",
+                          options=CertifyOptions(pool_normalisers="own", seed=k))
         for g in range(GROUPS):
             cert = res.groups.get(f"g{g}")
             if cert is None:
@@ -136,7 +136,7 @@ def test_own_pool_threshold_uses_the_group_share_of_exact_runs():
     rng = np.random.default_rng(5)
     pi = np.r_[np.full(GROUPS - 1, 1.0), 0.2]
     st, lab = _draw(rng, FAMILIES["half-normal"][0], pi, np.ones(GROUPS))
-    res = certify(st, lab, fp_budget=BUDGET, pool_normalisers="own", on_refusal="record")
+    res = certify(st, lab, fp_budget=BUDGET, on_refusal="record", options=CertifyOptions(pool_normalisers="own"))
     full, sparse = res.groups["g0"], res.groups[f"g{GROUPS - 1}"]
 
     def conditional_budget(c):

@@ -66,12 +66,13 @@ def test_skip_catches_only_not_enough_data(small):
     # a missing covariate is a configuration error: raised even with on_error="skip"
     with pytest.raises(ValueError, match="'nope'"):
         tolstat.select(small, fp_budget=0.5, form="normalised", on_error="skip",
-                       scale=tolstat.models.ScaleOptions(power=("nope",)))
+                       options=tolstat.SelectOptions(scale=tolstat.models.ScaleOptions(power=("nope",))))
 
 
 def test_provenance_records_the_options(small):
-    t = tolstat.select(small, fp_budget=0.2, tail=TailOptions(min_tail_runs=20),
-                       scale=tolstat.models.ScaleOptions(quantile=0.9), form="allclose")
+    t = tolstat.select(small, fp_budget=0.2, form="allclose",
+                       options=tolstat.SelectOptions(tail=TailOptions(min_tail_runs=20),
+                                                     scale=tolstat.models.ScaleOptions(quantile=0.9)))
     s = t.meta["provenance"]["settings"]
     assert s["tail"]["min_tail_runs"] == 20 and s["scale"]["quantile"] == 0.9 and s["tail"]["bound"] == "conservative"
     assert s["scale"]["power"] == [] and s["seed"] == 0

@@ -11,6 +11,7 @@ import pytest
 import tolstat
 from tolstat.models.scale import fit_allclose, quantreg, quantreg_lp
 from tolstat.calibration.bounds import Calibration, TailOptions
+from tolstat.calibration.options import SelectOptions
 from tolstat.calibration.selection import calibrate, select
 from tolstat.calibration.table import ToleranceTable, load_table
 from tolstat._base.inference import split_budget
@@ -32,9 +33,9 @@ def _make(rng):
 @pytest.fixture(scope="module")
 def ds():
     a = tolstat.collect(_kernel, _ref, _make, op="mul3", dtype="float16", runs=400, hardware="gpuA", seed=0,
-                        progress=False)
+                        options=tolstat.CollectOptions(progress=False))
     b = tolstat.collect(_kernel, _ref, _make, op="mul3", dtype="float16", runs=400, hardware="gpuB", seed=1,
-                        progress=False)
+                        options=tolstat.CollectOptions(progress=False))
     return tolstat.concat([a, b])
 
 
@@ -97,7 +98,7 @@ def test_auto_records_method_and_reason(ds):
     assert meth == "exact" and "2995" in reason
     # asked for explicitly, the tail model is tried; on these few fp16 rounding levels the GPD
     # fit fails its KS test, so both groups are refused with the numbers
-    t3 = select(ds, fp_budget=1e-3, form="allclose", method="evt", on_error="skip")
+    t3 = select(ds, fp_budget=1e-3, form="allclose", on_error="skip", options=SelectOptions(method="evt"))
     for i, hw in enumerate(("gpuA", "gpuB")):
         assert str(t3.data["method"].values[i, 0]) == "refused"
         reason = str(t3.data["reason"].values[i, 0])
@@ -210,7 +211,7 @@ def _noisy_kernel(x):
 
 def test_bias_statistic_catches_systematic_error():
     nds = tolstat.collect(_noisy_kernel, _ref, lambda r: tolstat.Inputs(args=(r.uniform(0.5, 1.0, 64),)),
-                          op="mul3", dtype="float16", runs=800, hardware="gpuA", seed=0, progress=False)
+                          op="mul3", dtype="float16", runs=800, hardware="gpuA", seed=0, options=tolstat.CollectOptions(progress=False))
     t = select(nds, form=None, fp_budget=0.01, statistic=("max_abs", "bias"), by=("op", "dtype"))
     e = t.entry("mul3", "float16")
     assert e.statistics["max_abs"].budget == pytest.approx(0.005)
@@ -227,7 +228,7 @@ def test_bias_statistic_catches_systematic_error():
 
 def test_refused_groups_with_skip():
     small = tolstat.collect(_noisy_kernel, _ref, lambda r: tolstat.Inputs(args=(r.uniform(0.5, 1.0, 64),)),
-                            op="mul3", dtype="float16", runs=40, hardware="gpuA", seed=0, progress=False)
+                            op="mul3", dtype="float16", runs=40, hardware="gpuA", seed=0, options=tolstat.CollectOptions(progress=False))
     with pytest.raises(ValueError, match="40 calibration units < 299 needed"):
         select(small, form=None, fp_budget=0.01)
     t = select(small, form=None, fp_budget=0.01, on_error="skip")
@@ -259,17 +260,17 @@ def _ds(n=200, seed=0):
         e = rng.standard_normal(32)
         # a correct kernel that is not correctly rounded (a zero-mean perturbation first)
         pairs.append(((e * (1 + rng.uniform(-2.0**-24, 2.0**-24, 32))).astype(np.float32), e))
-    return tolstat.from_pairs(pairs, op="add", dtype="float32", progress=False)
+    return tolstat.from_pairs(pairs, op="add", dtype="float32", options=tolstat.CollectOptions(progress=False))
 
 
 def test_select_passes_its_tail_options_to_each_group():
     ds = _ds()
     # budget 1e-3 at n = 200 needs the tail model (an order statistic needs n >= 2995)
-    default = tolstat.select(ds, fp_budget=1e-3, form=None, method="evt")
+    default = tolstat.select(ds, fp_budget=1e-3, form=None, options=SelectOptions(method="evt"))
     e = default.entry("add", "float32").statistics["max_abs"]
     assert e.method == "evt" and np.isfinite(e.threshold)
-    strict = tolstat.select(ds, fp_budget=1e-3, form=None, method="evt", tail=TailOptions(min_tail_runs=500),
-                            on_error="skip")
+    strict = tolstat.select(ds, fp_budget=1e-3, form=None, on_error="skip",
+                            options=SelectOptions(method="evt", tail=TailOptions(min_tail_runs=500)))
     reason = str(strict.data["reason"].values.ravel()[0])
     assert "500" in reason and not np.isfinite(float(strict.data["threshold"].values.ravel()[0]))
 
@@ -281,7 +282,7 @@ def _rowsum_ds(n=60):
         x = rng.standard_normal((8, 32))
         a = x.astype(np.float16).sum(axis=1, dtype=np.float16).astype(np.float16)
         pairs.append((a, x.sum(axis=1), np.abs(x).sum(axis=1)))
-    return tolstat.from_pairs(pairs, op="rowsum", dtype="float16", progress=False)
+    return tolstat.from_pairs(pairs, op="rowsum", dtype="float16", options=tolstat.CollectOptions(progress=False))
 
 
 def test_operator_select_passes_pooling_and_on_error():
@@ -289,7 +290,7 @@ def test_operator_select_passes_pooling_and_on_error():
     pooled = tolstat.select(ds, fp_budget=0.01, on_error="skip")
     reason = str(pooled.data["reason"].values.ravel()[0])
     assert "its pool has 1 group(s) < min_pool" in reason and "pooling is off" not in reason
-    unpooled = tolstat.select(ds, fp_budget=0.01, on_error="skip", pooling=False)
+    unpooled = tolstat.select(ds, fp_budget=0.01, on_error="skip", options=SelectOptions(pooling=False))
     assert str(unpooled.data["reason"].values.ravel()[0]).endswith("pooling is off")
     with pytest.raises(tolstat.NotEnoughData, match="calibration units < 299 needed"):
         tolstat.select(ds, fp_budget=0.01)
@@ -312,7 +313,7 @@ def test_calibrate_budget_floor_and_labels_in_messages():
 
 def test_select_provenance_records_the_version_and_settings():
     ds = _ds(n=300)  # one dataset: its provenance carries a creation time
-    t = tolstat.select(ds, fp_budget=0.05, form=None, seed=3)
+    t = tolstat.select(ds, fp_budget=0.05, form=None, options=SelectOptions(seed=3))
     prov = t.meta["provenance"]
     assert prov["tolstat_version"] == tolstat.__version__ and prov["function"] == "tolstat.select"
     assert prov["settings"]["seed"] == 3 and prov["n_runs"] == 300
@@ -327,15 +328,17 @@ def test_two_statistics_split_the_budget_by_the_union_bound_only():
     assert t.meta["provenance"]["settings"]["statistic"] == ["max_abs", "bias"]
     # the statistics of one run are not independent: a Sidak split is refused
     with pytest.raises(ValueError, match="'sidak' is not a union bound"):
-        tolstat.select(ds, fp_budget=0.05, form=None, statistic=["max_abs", "bias"], budget_split="sidak")
+        tolstat.select(ds, fp_budget=0.05, form=None, statistic=["max_abs", "bias"],
+                       options=SelectOptions(budget_split="sidak"))
 
 
 def test_operator_select_uses_the_seed_to_split_fit_and_calibration_units():
     ds = _rowsum_ds(n=150)  # budget 0.05: 59 calibration units are enough
-    c = [tolstat.select(ds, fp_budget=0.05, seed=s).entry("rowsum", "float16").certificate for s in (0, 1)]
+    c = [tolstat.select(ds, fp_budget=0.05, options=SelectOptions(seed=s)).entry("rowsum", "float16").certificate
+         for s in (0, 1)]
     assert c[0]["n_fit"] == c[1]["n_fit"] and c[0]["n_cal"] == c[1]["n_cal"]
     assert c[0]["normalisers"] != c[1]["normalisers"]  # other units fitted the normalisers
-    again = tolstat.select(ds, fp_budget=0.05, seed=1).entry("rowsum", "float16").certificate
+    again = tolstat.select(ds, fp_budget=0.05, options=SelectOptions(seed=1)).entry("rowsum", "float16").certificate
     assert again["normalisers"] == c[1]["normalisers"]  # and the same seed gives the same split
 
 
@@ -354,13 +357,14 @@ def test_select_passes_its_seed_to_the_scale_fit_subsample():
         return x.astype(np.float16).astype(np.float64) * 3.0
 
     ds = tolstat.collect(kernel, ref, lambda r: tolstat.Inputs(args=(r.standard_normal((8, 8)),)),
-                         op="mul3", dtype="float16", runs=120, hardware="cpu", seed=0, progress=False)
+                         op="mul3", dtype="float16", runs=120, hardware="cpu", seed=0, options=tolstat.CollectOptions(progress=False))
     opts = tolstat.models.ScaleOptions(max_points=200)  # 7680 elements: a seeded subsample of 200
     from tolstat.calibration.units import split_units
 
     models = {}
     for seed in (3, 4):
-        t = tolstat.select(ds, fp_budget=0.05, form="allclose", scale=opts, seed=seed, method="order_statistic")
+        t = tolstat.select(ds, fp_budget=0.05, form="allclose",
+                           options=SelectOptions(scale=opts, seed=seed, method="order_statistic"))
         ent = t.entry("mul3", "float16", "cpu")
         models[seed] = ent.scale.to_dict()
         # fitted on the engine's fitting part A (24 of 120 units, split with the same seed)
@@ -393,10 +397,66 @@ def test_stat_dict_keeps_tail_and_appends_to_the_reason():
 def test_select_provenance_records_the_budget_split():
     rng = np.random.default_rng(10)
     pairs = [(e.astype(np.float32), e) for e in rng.standard_normal((160, 16))]  # n >= 146 for a = 0.025
-    ds = tolstat.from_pairs(pairs, op="add", dtype="float32", progress=False)
-    t = tolstat.select(ds, fp_budget=0.05, form=None, statistic=["max_abs", "bias"], budget_split="bonferroni")
+    ds = tolstat.from_pairs(pairs, op="add", dtype="float32", options=tolstat.CollectOptions(progress=False))
+    t = tolstat.select(ds, fp_budget=0.05, form=None, statistic=["max_abs", "bias"],
+                       options=SelectOptions(budget_split="bonferroni"))
     settings = t.meta["provenance"]["settings"]
     assert settings["budget_split"] == "bonferroni" and t.meta["budget_split"] == "bonferroni"
     assert settings["fp_budget"] == 0.05 and settings["statistic"] == ["max_abs", "bias"]
     ent = t.entry("add", "float32")
     assert [ent.statistics[s].budget for s in ("max_abs", "bias")] == [0.05 / 2, 0.05 / 2]
+
+
+@pytest.mark.parametrize("kw, err, msg", [
+    (dict(method="max"), ValueError,
+     r"^SelectOptions\.method must be one of \('auto', 'order_statistic', 'conformal', 'evt'\), got 'max'"),
+    (dict(scale={"quantile": 0.9}), TypeError, r"^SelectOptions\.scale must be a ScaleOptions, got dict"),
+    (dict(scale=None), TypeError, r"^SelectOptions\.scale must be a ScaleOptions, got NoneType"),
+    (dict(tail=tolstat.models.ScaleOptions()), TypeError, r"^SelectOptions\.tail must be a TailOptions, got ScaleOptions"),
+    (dict(budget_split="holm"), ValueError, r"^SelectOptions\.budget_split must be 'bonferroni' or 'sidak', got 'holm'"),
+    (dict(pooling="yes"), TypeError, r"^SelectOptions\.pooling must be True or False, got 'yes'"),
+    (dict(seed=-3), ValueError, r"^SelectOptions\.seed must be an integer >= 0, got -3"),
+    (dict(seed=True), ValueError, r"^SelectOptions\.seed must be an integer >= 0, got True"),
+])
+def test_select_options_validate_their_fields(kw, err, msg):
+    with pytest.raises(err, match=msg):
+        SelectOptions(**kw)
+
+
+def test_select_takes_its_settings_only_as_select_options(ds):
+    with pytest.raises(TypeError, match=r"^options must be a SelectOptions, got dict"):
+        select(ds, form=None, fp_budget=0.01, options={"method": "evt"})
+    from tolstat.calibration.engine import CertifyOptions
+
+    with pytest.raises(TypeError, match=r"^options must be a SelectOptions, got CertifyOptions"):
+        select(ds, form=None, fp_budget=0.01, options=CertifyOptions())
+    with pytest.raises(TypeError, match="unexpected keyword argument 'method'"):
+        select(ds, form=None, fp_budget=0.01, method="evt")  # the settings live in SelectOptions
+    assert tolstat.SelectOptions is SelectOptions and tolstat.calibration.SelectOptions is SelectOptions
+    assert "SelectOptions" in tolstat.__all__
+
+
+def test_select_provenance_settings_keep_their_keys_and_values():
+    ds = _ds(n=300)
+    t = tolstat.select(ds, fp_budget=0.05, form=None, by=("op", "dtype"),
+                       options=SelectOptions(seed=4, pooling=False, tail=TailOptions(min_tail_runs=60)))
+    settings = t.meta["provenance"]["settings"]
+    assert settings == {"fp_budget": 0.05, "confidence": 0.95, "method": "auto", "statistic": ["max_abs"],
+                        "form": None, "by": ["op", "dtype"], "budget_split": "bonferroni", "seed": 4,
+                        "cluster": None, "pooling": False, "tail": TailOptions(min_tail_runs=60).to_dict(),
+                        "scale": tolstat.models.ScaleOptions().to_dict()}
+    default = tolstat.select(ds, fp_budget=0.05, form=None, by=("op", "dtype"))
+    again = tolstat.select(ds, fp_budget=0.05, form=None, by=("op", "dtype"), options=SelectOptions())
+    assert default.meta["provenance"]["settings"] == again.meta["provenance"]["settings"]
+    np.testing.assert_array_equal(default.data["threshold"].values, again.data["threshold"].values)
+
+
+def test_rules_and_shift_pass_select_settings_as_select_options():
+    from tolstat.assess.rules import _select_kwargs
+
+    opts = tolstat.models.ScaleOptions(quantile=0.9)
+    assert _select_kwargs({"form": None, "cluster": "case"}) == {"form": None, "cluster": "case"}
+    assert _select_kwargs({"form": "allclose", "method": "evt", "seed": 2, "scale": opts, "tail": None}) == {
+        "form": "allclose", "options": SelectOptions(method="evt", seed=2, scale=opts)}
+    assert _select_kwargs({"options": SelectOptions(seed=5), "pooling": False}) == {
+        "options": SelectOptions(seed=5, pooling=False)}

@@ -24,7 +24,7 @@ def _rowsum(rng, bug: float = 0.0):
 def ds():
     rng = np.random.default_rng(0)
     pairs = [(*_rowsum(rng), {"case": str(i // 2)}) for i in range(700)]
-    return tolstat.from_pairs(pairs, op="rowsum", dtype="float16", progress=False)
+    return tolstat.from_pairs(pairs, op="rowsum", dtype="float16", options=tolstat.CollectOptions(progress=False))
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_auto_rejects_old_form_arguments(ds):
     with pytest.raises(ValueError, match="form=None"):
         tolstat.select(ds, fp_budget=0.01, statistic=("max_abs", "bias"))
     with pytest.raises(ValueError, match="form=None"):
-        tolstat.select(ds, fp_budget=0.01, method="evt")
+        tolstat.select(ds, fp_budget=0.01, options=tolstat.SelectOptions(method="evt"))
 
 
 def test_auto_without_op_statistics_picks_a_scale_form(ds):
@@ -119,7 +119,7 @@ def test_allclose_threshold_below_resolution_passes_correct_rounding():
     for _ in range(400):
         e = rng.standard_normal(16) * 1e-3
         pairs.append((e.astype(np.float16), e))
-    ds = tolstat.from_pairs(pairs, op="tiny", dtype="float16", progress=False)
+    ds = tolstat.from_pairs(pairs, op="tiny", dtype="float16", options=tolstat.CollectOptions(progress=False))
     t = tolstat.select(ds, fp_budget=0.01, form=None)
     e = np.full(4, 3e-8)  # rounds to the subnormal 5.96e-8 or 0: error up to ~3e-8
     e[1] = 2.9e-8

@@ -13,6 +13,7 @@ and the per-fold core :func:`calibrate_and_score` (one calibration set, one test
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -23,6 +24,7 @@ import xarray as xr
 from tolstat.models.scale import ScaleModel, run_scores
 from tolstat.calibration.decision import entry_run_values, ratio
 from tolstat._base.util import ANY
+from tolstat.calibration.options import SelectOptions
 from tolstat.calibration.selection import select
 
 __all__ = [
@@ -48,6 +50,21 @@ TORCH_DEFAULTS: dict[str, tuple[float, float]] = {
 }
 
 _SELECT_RESERVED = ("fp_budget", "confidence", "by", "on_error", "errors_or_fit")
+#: settings of select given as keywords by a rule or ``shift``, passed in its ``options``
+_OPTION_FIELDS = tuple(f.name for f in dataclasses.fields(SelectOptions))
+
+
+def _select_kwargs(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Keywords of :func:`tolstat.select` from ``settings``: those of
+    :class:`~tolstat.calibration.options.SelectOptions` (``method``, ``seed``, ...; a
+    ``scale``/``tail`` of None meaning the default) go into its ``options`` (replacing the
+    fields of an ``options`` given too), the others are passed as they are."""
+    kw = {k: v for k, v in settings.items() if k not in _OPTION_FIELDS}
+    moved = {k: v for k, v in settings.items() if k in _OPTION_FIELDS and not (k in ("scale", "tail") and v is None)}
+    if moved:
+        base = kw.get("options")
+        kw["options"] = dataclasses.replace(SelectOptions() if base is None else base, **moved)
+    return kw
 
 
 @dataclass
@@ -276,7 +293,7 @@ class SelectRule(Rule):
 
     def fit(self, train, *, budget, confidence, by):  # noqa: D102
         table = select(train, fp_budget=budget, confidence=confidence, by=tuple(by), on_error="skip",
-                       **self.options)
+                       **_select_kwargs(self.options))
         d = table.data
         thr: dict[tuple[str, str, str], float] = {}
         reasons: dict[tuple[str, str, str], str] = {}

@@ -128,6 +128,10 @@ class Exceedance:
 class Calibration:
     """A threshold for one statistic of one group and how it was obtained.
 
+    The one threshold record: :func:`tolstat.calibration.calibrate` returns it, and a
+    :class:`~tolstat.calibration.table.ToleranceEntry` holds one per statistic (with
+    ``statistic`` set).
+
     Attributes
     ----------
     threshold : float
@@ -148,6 +152,8 @@ class Calibration:
         for probability estimates of errors beyond the data.
     top : numpy.ndarray
         The largest calibration scores, descending (at most 256).
+    statistic : str
+        The statistic's name in a table entry (``""`` from :func:`calibrate`).
     """
 
     threshold: float
@@ -159,6 +165,7 @@ class Calibration:
     n: int
     tail: dict[str, float] = field(default_factory=dict)
     top: np.ndarray = field(default_factory=lambda: np.empty(0))
+    statistic: str = ""
 
 
 _NAN_TAIL = {"u": math.nan, "sigma": math.nan, "xi": math.nan, "zeta": math.nan, "gof_p": math.nan}
@@ -300,7 +307,7 @@ def exceedance_probability(value: float, cal: Any) -> Exceedance:
 
     From the empirical calibration distribution inside the data; from the GPD tail fit
     beyond the largest calibration score (with a note), or ``< 1/(n+1)`` with no tail.
-    ``cal`` is a :class:`Calibration` or a table's ``StatEntry`` (``n``, ``top``, ``tail``).
+    ``cal`` is a :class:`Calibration` (of :func:`calibrate` or a table entry: ``n``, ``top``, ``tail``).
     """
     n = int(cal.n)
     top = np.asarray(cal.top, dtype=np.float64)

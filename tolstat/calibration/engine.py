@@ -80,6 +80,7 @@ from tolstat.calibration.units import (
 )
 
 __all__ = [
+    "CertifyOptions",
     "CertifyResult",
     "RULES",
     "certify",
@@ -87,6 +88,100 @@ __all__ = [
 
 #: threshold rules :func:`certify` accepts
 RULES = ("order_statistic", "conformal")
+
+
+@dataclass(frozen=True)
+class CertifyOptions:
+    """Settings of the certified engine beyond the data and the budget.
+
+    Attributes
+    ----------
+    rule : {"order_statistic", "conformal"}, default "order_statistic"
+        ``order_statistic``: the PAC bound. ``conformal``: the split-conformal rank, a
+        *marginal* promise (no confidence level); no pooling.
+    pooling : bool, default True
+        Let groups with too few units borrow the scores of exchangeable groups.
+    pool_by : mapping group -> key, optional
+        Groups pool only with groups of the same key (e.g. the dtype). Default: one pool.
+    pool_alpha : float, default 0.01
+        Family-wise level of the exchangeability tests (Holm over the groups of a pool): the
+        largest probability of refusing some group of an exchangeable pool, in (0, 1). Low
+        by default so that exchangeable groups are rarely refused; a clear difference (e.g.
+        scores 3x larger with 30 units) still gives p-values far below it.
+    min_pool : int, default 3
+        Fewest groups (the borrower included) a pool must have.
+    min_test_units : int, default 8
+        Fewest calibration units a group needs for its exchangeability test. With
+        ``pool_normalisers="own"`` a group with fewer positive scores (mostly correctly
+        rounded) is still tested when the test could refuse it; its threshold is then at
+        least its own largest calibration score and it is flagged ``"weakly_tested"``.
+    pool_normalisers : {"shared", "own"}, default "shared"
+        ``"shared"``: a pool's normalisers are fitted on the union of small fitting parts
+        of its members, and pooled scores are comparable as far as the statistics are.
+        ``"own"``: each member's scores use its own normalisers (fitted on its own fitting
+        part A, the scores from its part B), so pooled scores are in units of each group's
+        own spread; exchangeability is tested in those units. Use it when the statistics
+        differ in scale between groups (e.g. different operators).
+    seed : int, default 0
+        Seed of the A/B split (deterministic).
+    fit_fraction, min_fit, max_fit : float, int, int, default 0.2, 10, 200
+        Size of the fitting part A: see :func:`~tolstat.calibration.units.fit_size`.
+    norm_quantile : float, default 1.0
+        Quantile of each statistic over A used as its normaliser; the default, the largest
+        value of A, balances the statistics in their tails, where the threshold of a small
+        budget lies. A bulk quantile (e.g. 0.9) under-weights nothing but lets a statistic
+        that is zero on most runs (a bias of the error beyond correct rounding) get a tiny
+        normaliser, and its rare large values then set a threshold at which no other
+        statistic can ever fail the check.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``rule`` or ``pool_normalisers``, or ``pool_alpha`` outside (0, 1).
+
+    Examples
+    --------
+    >>> CertifyOptions(pool_normalisers="own", seed=3).seed
+    3
+    >>> CertifyOptions(pool_alpha=2)
+    Traceback (most recent call last):
+    ...
+    ValueError: CertifyOptions.pool_alpha must lie strictly between 0 and 1, got 2.0
+    """
+
+    rule: str = "order_statistic"
+    pooling: bool = True
+    pool_by: Mapping[Any, Any] | None = None
+    pool_alpha: float = 0.01
+    min_pool: int = 3
+    min_test_units: int = 8
+    pool_normalisers: str = "shared"
+    seed: int = 0
+    fit_fraction: float = 0.2
+    min_fit: int = 10
+    max_fit: int = 200
+    norm_quantile: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise ValueError(f"CertifyOptions.rule must be one of {RULES}, got {self.rule!r}")
+        _unit_interval("CertifyOptions.pool_alpha", self.pool_alpha)
+        if self.pool_normalisers not in ("shared", "own"):
+            raise ValueError(f"CertifyOptions.pool_normalisers must be 'shared' or 'own', "
+                             f"got {self.pool_normalisers!r}")
+        if not isinstance(self.pooling, (bool, np.bool_)):
+            raise TypeError(f"CertifyOptions.pooling must be True or False, got {self.pooling!r}")
+        for name, lo in (("min_pool", 2), ("min_test_units", 1), ("min_fit", 1), ("max_fit", 1), ("seed", 0)):
+            v = getattr(self, name)
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or v < lo:
+                raise ValueError(f"CertifyOptions.{name} must be an integer >= {lo}, got {v!r}")
+        if self.max_fit < self.min_fit:
+            raise ValueError(f"CertifyOptions needs min_fit <= max_fit, got min_fit={self.min_fit}, "
+                             f"max_fit={self.max_fit}")
+        if not (isinstance(self.fit_fraction, (int, float, np.floating)) and 0.0 <= self.fit_fraction < 1.0):
+            raise ValueError(f"CertifyOptions.fit_fraction must lie in [0, 1), got {self.fit_fraction!r}")
+        if not (isinstance(self.norm_quantile, (int, float, np.floating)) and 0.0 < self.norm_quantile <= 1.0):
+            raise ValueError(f"CertifyOptions.norm_quantile must lie in (0, 1], got {self.norm_quantile!r}")
 
 
 @dataclass(frozen=True)
@@ -123,19 +218,8 @@ def certify(
     covariates: Any = None,
     floor: Any = 0.0,
     upper: Mapping[str, float] | None = None,
-    rule: str = "order_statistic",
-    pooling: bool = True,
-    pool_by: Mapping[Any, Any] | None = None,
-    pool_alpha: float = 0.01,
-    min_pool: int = 3,
-    min_test_units: int = 8,
-    seed: int = 0,
-    fit_fraction: float = 0.2,
-    min_fit: int = 10,
-    max_fit: int = 200,
-    norm_quantile: float = 1.0,
     on_refusal: str = "raise",
-    pool_normalisers: str = "shared",
+    options: CertifyOptions | None = None,
 ) -> CertifyResult:
     """Thresholds on the combined score ``S = max_j T_j / q_j`` for many groups at once.
 
@@ -167,49 +251,25 @@ def certify(
         Largest value each statistic can take (e.g. ``sqrt(n)`` for a bias z). A threshold
         at or above ``upper_j / q_j`` is flagged and warned about (that statistic can never
         fail the check).
-    rule : {"order_statistic", "conformal"}
-        ``order_statistic`` (default): the PAC bound. ``conformal``: the split-conformal
-        rank, a *marginal* promise (no confidence level); no pooling.
-    pooling : bool
-        Let groups with too few units borrow the scores of exchangeable groups.
-    pool_by : mapping group -> key, optional
-        Groups pool only with groups of the same key (e.g. the dtype). Default: one pool.
-    pool_alpha : float
-        Family-wise level of the exchangeability tests (Holm over the groups of a pool): the
-        largest probability of refusing some group of an exchangeable pool. Low by default
-        so that exchangeable groups are rarely refused; a clear difference (e.g. scores 3x
-        larger with 30 units) still gives p-values far below it.
-    min_pool : int
-        Fewest groups (the borrower included) a pool must have.
-    min_test_units : int
-        Fewest calibration units a group needs for its exchangeability test. With
-        ``pool_normalisers="own"`` a group with fewer positive scores (mostly correctly
-        rounded) is still tested when the test could refuse it; its threshold is then at
-        least its own largest calibration score and it is flagged ``"weakly_tested"``.
-    seed : int
-        Seed of the A/B split (deterministic).
-    fit_fraction, min_fit, max_fit : see :func:`~tolstat.calibration.units.fit_size`.
-    norm_quantile : float, default 1.0
-        Quantile of each statistic over A used as its normaliser; the default, the largest
-        value of A, balances the statistics in their tails, where the threshold of a small
-        budget lies. A bulk quantile (e.g. 0.9) under-weights nothing but lets a statistic
-        that is zero on most runs (a bias of the error beyond correct rounding) get a tiny
-        normaliser, and its rare large values then set a threshold at which no other
-        statistic can ever fail the check.
     on_refusal : {"raise", "record"}
         Raise the first :class:`NotEnoughData`, or record refusals in
         :attr:`CertifyResult.refused`.
-    pool_normalisers : {"shared", "own"}
-        ``"shared"`` (default): a pool's normalisers are fitted on the union of small
-        fitting parts of its members, and pooled scores are comparable as far as the
-        statistics are. ``"own"``: each member's scores use its own normalisers (fitted on
-        its own fitting part A, the scores from its part B), so pooled scores are in units
-        of each group's own spread; exchangeability is tested in those units. Use it when
-        the statistics differ in scale between groups (e.g. different operators).
+    options : CertifyOptions, optional
+        The threshold rule, pooling, the fitting split and the normalisers: see
+        :class:`CertifyOptions` (default ``CertifyOptions()``).
 
     Returns
     -------
     CertifyResult
+
+    Raises
+    ------
+    NotEnoughData
+        A group has too few units (with ``on_refusal="raise"``).
+    ValueError
+        Bad budget, confidence, statistics, labels or floors.
+    TypeError
+        ``options`` is not a :class:`CertifyOptions`.
 
     Notes
     -----
@@ -244,39 +304,39 @@ def certify(
     ('order_statistic', 400)
     >>> bool(c.passes({"op_max": 0.1, "op_rms": 0.1}))
     True
+    >>> certify(t, fp_budget=0.01, options=CertifyOptions(seed=1))["all"].n_cal
+    320
     """
     a = _validate.budget("fp_budget", fp_budget, lo=_validate.MIN_BUDGET / 8)
     g = _unit_interval("confidence", confidence)
-    if rule not in RULES:
-        raise ValueError(f"rule must be one of {RULES}, got {rule!r}")
     if on_refusal not in ("raise", "record"):
         raise ValueError(f"on_refusal must be 'raise' or 'record', got {on_refusal!r}")
-    _unit_interval("pool_alpha", pool_alpha)
-    if pool_normalisers not in ("shared", "own"):
-        raise ValueError(f"pool_normalisers must be 'shared' or 'own', got {pool_normalisers!r}")
+    o = CertifyOptions() if options is None else options
+    if not isinstance(o, CertifyOptions):
+        raise TypeError(f"options must be a CertifyOptions, got {type(o).__name__}")
     m, names = _checked_stats(stats)
     glab, clab, cov = _labels(group, cluster, covariates, m.shape[0])
     floors = _per_stat("floor", floor, names, 0.0)
     if (floors < 0).any():
         raise ValueError(f"floor must be >= 0, got {floor!r}")
-    ctx = _Ctx(a=a, g=g, rule=rule, names=names, floors=floors, uppers=_per_stat("upper", upper, names, math.inf),
-               clusters_declared=clab is not None, seed=seed, norm_quantile=norm_quantile,
-               own_pool=pooling and pool_normalisers == "own")
-    ctx.info = _group_infos(ctx, m, glab, clab, cov, pool_by, fit_fraction, min_fit, max_fit)
+    ctx = _Ctx(a=a, g=g, rule=o.rule, names=names, floors=floors, uppers=_per_stat("upper", upper, names, math.inf),
+               clusters_declared=clab is not None, seed=o.seed, norm_quantile=o.norm_quantile,
+               own_pool=o.pooling and o.pool_normalisers == "own")
+    ctx.info = _group_infos(ctx, m, glab, clab, cov, o.pool_by, o.fit_fraction, o.min_fit, o.max_fit)
     small = _own_thresholds(ctx)
-    if small and pooling and rule == "order_statistic":
+    if small and o.pooling and o.rule == "order_statistic":
         keys = {gname: ctx.info[gname]["key"] for gname in ctx.info}
         for key in dict.fromkeys(keys[s] for s in small):
             _pool(ctx, [gn for gn in ctx.info if keys[gn] == key and not ctx.info[gn]["exact"]],
-                  [s for s in small if keys[s] == key], min_fit=min_fit, min_pool=min_pool,
-                  min_test_units=min_test_units, pool_alpha=pool_alpha, own=pool_normalisers == "own")
+                  [s for s in small if keys[s] == key], min_fit=o.min_fit, min_pool=o.min_pool,
+                  min_test_units=o.min_test_units, pool_alpha=o.pool_alpha, own=o.pool_normalisers == "own")
     else:
         for s in small:
-            _refuse_unpooled(ctx, s, pooling)
+            _refuse_unpooled(ctx, s, o.pooling)
     if ctx.refused and on_refusal == "raise":
         raise next(iter(ctx.refused.values()))
     ordered = {gn: ctx.certs[gn] for gn in ctx.info if gn in ctx.certs}
-    return CertifyResult(ordered, {gn: ctx.refused[gn] for gn in ctx.info if gn in ctx.refused}, a, g, rule)
+    return CertifyResult(ordered, {gn: ctx.refused[gn] for gn in ctx.info if gn in ctx.refused}, a, g, o.rule)
 
 
 def _checked_stats(stats: Any) -> tuple[np.ndarray, tuple[str, ...]]:

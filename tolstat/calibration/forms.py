@@ -38,13 +38,14 @@ import xarray as xr
 
 from tolstat._base.util import NotEnoughData
 from tolstat.calibration.certificate import GroupCertificate
-from tolstat.calibration.engine import CertifyResult, certify
+from tolstat.calibration.engine import CertifyOptions, CertifyResult, certify
+from tolstat.calibration.options import SelectOptions
 from tolstat.calibration.units import split_units
 from tolstat.dataset.schema import RunUnits, run_units
 from tolstat.calibration.decision import run_values
 from tolstat.models.estimators.orderstat import order_statistic_min_n
 from tolstat.measure.noise import score_statistic_names
-from tolstat.models.scale import ScaleModel
+from tolstat.models.scale import ScaleModel, ScaleOptions
 from tolstat.models.statistics import OP_UNIT_FLOOR, dataset_op_statistics
 
 __all__ = ["CERTIFIED_FORMS", "has_op_statistics", "certified_groups"]
@@ -86,39 +87,40 @@ def _op_names(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray
     union = list(dict.fromkeys(n for names in per_group for n in names))
     if not union:
         raise ValueError("form='operator' needs operator statistics in the error dataset "
-                         "(collect / from_pairs with magnitude=...)")
+                         "(collect / from_pairs with options=CollectOptions(magnitude=...))")
     use = np.zeros((codes.size, len(union)), dtype=bool)
     for gi, names in enumerate(per_group):
         use[np.ix_(codes == gi, [union.index(n) for n in names])] = True
     return union, use
 
 
-def _certify_kwargs(a: float, g: float, seed: int, pooling: bool, norm_quantile: float,
-                    keys: Sequence[tuple[str, ...]], operator: bool = True) -> dict[str, Any]:
+def _certify_options(options: SelectOptions, norm_quantile: float, keys: Sequence[tuple[str, ...]],
+                     operator: bool = True) -> CertifyOptions:
     # a pool of several operators of the operator form uses each group's own normalisers
     # (operators differ in how their statistics spread, so scores are pooled in units of
     # each group's own spread); groups of one operator (other dtypes or hardware) share the
     # pool's normalisers, and so do the one-statistic forms, whose scores are already in
     # the units of each group's scale (the exchangeability test decides who pools)
     own = operator and len({k[0] for k in keys}) > 1
-    return dict(fp_budget=a, confidence=g, seed=seed, pooling=pooling, norm_quantile=norm_quantile,
-                on_refusal="record", pool_normalisers="own" if own else "shared")
+    return CertifyOptions(seed=options.seed, pooling=options.pooling, norm_quantile=norm_quantile,
+                          pool_normalisers="own" if own else "shared")
 
 
 def _operator(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray, a: float, g: float, *,
-              cluster: str | None, pooling: bool, seed: int,
-              norm_quantile: float) -> tuple[CertifyResult, dict, RunUnits]:
+              cluster: str | None, options: SelectOptions) -> tuple[CertifyResult, dict, RunUnits]:
     union, use = _op_names(ds, keys, codes)
     raw = dataset_op_statistics(ds, union)
     stats = {n: np.where(use[:, j], raw[n], np.nan) for j, n in enumerate(union)}
     glab = np.array([_label(k) for k in keys], dtype=object)[codes]
     floor = {n: (1.0 if n in OP_UNIT_FLOOR else 0.0) for n in union}
     labels, units = _engine_units(ds, cluster, codes)
-    kw = _certify_kwargs(a, g, seed, pooling, norm_quantile, keys)
-    res = certify(stats, glab, cluster=labels, floor=floor, **kw)
-    if res.refused and kw["pool_normalisers"] == "own":
-        res = _shared_fallback(res, certify(stats, glab, cluster=labels, floor=floor,
-                                            **{**kw, "pool_normalisers": "shared"}))
+    opts = _certify_options(options, 1.0, keys)
+    res = certify(stats, glab, fp_budget=a, confidence=g, cluster=labels, floor=floor, on_refusal="record",
+                  options=opts)
+    if res.refused and opts.pool_normalisers == "own":
+        res = _shared_fallback(res, certify(stats, glab, fp_budget=a, confidence=g, cluster=labels, floor=floor,
+                                            on_refusal="record",
+                                            options=dataclasses.replace(opts, pool_normalisers="shared")))
     rowwise = {}
     for gi, key in enumerate(keys):
         sel = codes == gi
@@ -161,7 +163,7 @@ def _n_fit(n: int, nmin: int) -> int:
     return int(n - nmin) if n - nmin >= 10 else 0
 
 
-def _pick_form(fit: xr.Dataset, scale: Any, seed: int) -> tuple[str, str]:
+def _pick_form(fit: xr.Dataset, scale: ScaleOptions, seed: int) -> tuple[str, str]:
     """allclose vs size_aware, both fitted on one half of the fitting runs and scored on the other."""
     n = fit.sizes["run"]
     if n < 4:
@@ -185,10 +187,11 @@ def _pick_form(fit: xr.Dataset, scale: Any, seed: int) -> tuple[str, str]:
 
 
 def _scale_forms(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray, a: float, g: float, *,
-                 cluster: str | None, pooling: bool, seed: int, scale: Any,
+                 cluster: str | None, options: SelectOptions,
                  form: str = "auto") -> tuple[CertifyResult, dict, RunUnits]:
     """Scale forms: the model fitted on a part A of the units (``form="auto"``: the better of
     allclose and size_aware, chosen on A), ``max_score`` certified on the other units."""
+    scale, seed = options.scale, options.seed
     nmin = order_statistic_min_n(1.0 - a, g)
     labels, units = _engine_units(ds, cluster, codes)
     scores, glab, clab, models = [], [], [], {}
@@ -212,8 +215,8 @@ def _scale_forms(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndar
         if labels is not None:
             clab += list(labels[idx[~inA]])
     res = certify({"max_score": np.concatenate(scores)}, np.array(glab, dtype=object),
-                  cluster=np.array(clab) if labels is not None else None,
-                  **_certify_kwargs(a, g, seed, pooling, 0.9, keys, operator=False))
+                  fp_budget=a, confidence=g, cluster=np.array(clab) if labels is not None else None,
+                  on_refusal="record", options=_certify_options(options, 0.9, keys, operator=False))
     return res, models, units
 
 
@@ -245,38 +248,42 @@ def _certificate(c: GroupCertificate | None, exc: NotEnoughData | None, form: st
 
 
 def _plain(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray, a: float, g: float, *,
-           statistic: str, cluster: str | None, pooling: bool, seed: int) -> tuple[CertifyResult, RunUnits]:
+           statistic: str, cluster: str | None, options: SelectOptions) -> tuple[CertifyResult, RunUnits]:
     """``form=None``: the plain statistic of every run, certified as it is (no fit, no split)."""
     labels, units = _engine_units(ds, cluster, codes)
     glab = np.array([_label(k) for k in keys], dtype=object)[codes]
-    res = certify({statistic: run_values(ds, statistic)}, glab, cluster=labels,
-                  **_certify_kwargs(a, g, seed, pooling, 1.0, keys, operator=False))
+    res = certify({statistic: run_values(ds, statistic)}, glab, fp_budget=a, confidence=g, cluster=labels,
+                  on_refusal="record", options=_certify_options(options, 1.0, keys, operator=False))
     return res, units
 
 
 def certified_groups(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray, *, form: str | None,
-                     a: float, g: float, cluster: str | None = None, pooling: bool = True, seed: int = 0,
-                     scale: Any = None, norm_quantile: float = 1.0, statistic: str = "max_abs",
-                     on_error: str = "raise") -> tuple[list[dict[str, Any]], str]:
+                     a: float, g: float, cluster: str | None = None, statistic: str = "max_abs",
+                     on_error: str = "raise",
+                     options: SelectOptions | None = None) -> tuple[list[dict[str, Any]], str]:
     """Table group dicts of one :func:`tolstat.select` call and the table's statistic name.
 
     The one calibration engine: every form is a score definition (the operator combined
     score, a scale form's ``max_score``, a plain statistic) whose per-run decision values
     (:func:`tolstat.calibration.decision.run_values`) are certified by :func:`tolstat.calibration.engine.certify`
-    on independent units (:func:`tolstat.dataset.schema.run_units`).
+    on independent units (:func:`tolstat.dataset.schema.run_units`). Of ``options``
+    (:class:`~tolstat.calibration.options.SelectOptions`, default ``SelectOptions()``) it
+    uses ``pooling``, ``seed`` and ``scale``, passed on in the
+    :class:`~tolstat.calibration.engine.CertifyOptions` it builds for ``certify``.
     """
+    options = SelectOptions() if options is None else options
+    if not isinstance(options, SelectOptions):
+        raise TypeError(f"options must be a SelectOptions, got {type(options).__name__}")
     operator = form == "operator" or (form == "auto" and has_op_statistics(ds))
     models: dict[str, Any] = {}
     if operator:
-        res, rowwise, units = _operator(ds, keys, codes, a, g, cluster=cluster, pooling=pooling, seed=seed,
-                                        norm_quantile=norm_quantile)
+        res, rowwise, units = _operator(ds, keys, codes, a, g, cluster=cluster, options=options)
         name = "op_score"
     elif form is None:
-        res, units = _plain(ds, keys, codes, a, g, statistic=statistic, cluster=cluster, pooling=pooling, seed=seed)
+        res, units = _plain(ds, keys, codes, a, g, statistic=statistic, cluster=cluster, options=options)
         name = statistic
     else:
-        res, models, units = _scale_forms(ds, keys, codes, a, g, cluster=cluster, pooling=pooling, seed=seed,
-                                          scale=scale, form=form)
+        res, models, units = _scale_forms(ds, keys, codes, a, g, cluster=cluster, options=options, form=form)
         name = "max_score"
     if res.refused and on_error == "raise":
         raise next(iter(res.refused.values()))

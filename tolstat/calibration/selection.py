@@ -51,6 +51,7 @@ from tolstat.calibration.bounds import (
 from tolstat._base.inference import split_budget
 from tolstat._base.util import NotEnoughData
 from tolstat.calibration.forms import CERTIFIED_FORMS, certified_groups
+from tolstat.calibration.options import SELECT_METHODS, SelectOptions
 from tolstat.dataset.schema import drop_duplicate_runs, run_units, validate
 from tolstat.calibration.decision import run_values
 from tolstat.models.estimators.orderstat import order_statistic_min_n
@@ -60,13 +61,11 @@ from tolstat.models.statistics import get as get_statistic
 from tolstat.calibration.table import ToleranceTable
 
 __all__ = [
-    "SELECT_METHODS",
     "calibrate",
     "select",
     "rebudget",
 ]
 
-SELECT_METHODS = ("auto", "order_statistic", "conformal", "evt")
 _TOP = 256  # largest calibration scores kept per (group, statistic) for p-values
 
 
@@ -150,7 +149,8 @@ def calibrate(
     if method == "conformal":
         return conformal_threshold(x, a, g, accepted, top, where)
     if method in ("order_statistic", "auto"):
-        extra = ("; method='evt' gives a model-based bound (no finite-sample guarantee), or use the default "
+        extra = ("; method='evt' (SelectOptions(method='evt') in select) gives a model-based bound (no "
+                 "finite-sample guarantee), or use the default "
                  "form='auto' of select, which pools exchangeable groups" if method == "auto" else "")
         raise NotEnoughData(f"{where}the order statistic needs n >= {nmin} runs for budget {a:g} at confidence "
                             f"{g:g} (n >= ln(1-confidence)/ln(1-budget)); have n = {n}{extra}", n=n,
@@ -188,17 +188,12 @@ def select(
     *,
     fp_budget: float,
     confidence: float = 0.95,
-    method: str = "auto",
-    statistic: str | Sequence[str] = "max_abs",
     form: str | None = "auto",
+    statistic: str | Sequence[str] = "max_abs",
     by: Sequence[str] = ("op", "dtype", "hardware"),
-    budget_split: str = "bonferroni",
-    scale: ScaleOptions | None = None,
-    tail: TailOptions | None = None,
-    seed: int = 0,
-    on_error: str = "raise",
     cluster: str | None = None,
-    pooling: bool = True,
+    on_error: str = "raise",
+    options: SelectOptions | None = None,
 ) -> ToleranceTable:
     """Thresholds per (op, dtype, hardware) that keep a false-positive budget.
 
@@ -211,15 +206,6 @@ def select(
         For a suite of N checks use :func:`~tolstat._base.inference.split_budget`.
     confidence : float, default 0.95
         Confidence that the promise holds (the thresholds are upper confidence bounds).
-    method : {"auto", "order_statistic", "conformal", "evt"}
-        ``auto``/``order_statistic``: the certified engine (see ``form``): the order
-        statistic of the group's own units, else of an exchangeable pool, else
-        :class:`NotEnoughData` (never a tail model). ``conformal`` and ``evt`` (a
-        model-based tail, no finite-sample promise): per statistic, see :func:`calibrate`.
-    statistic : str or sequence of str, default "max_abs"
-        The max-error statistic (``"max_abs"``, ``"max_ulp"`` or ``"max_rel"``),
-        optionally with ``"bias"`` (e.g. ``("max_abs", "bias")``): the budget and
-        confidence are then split between the statistics (``budget_split``).
     form : {"auto", "operator", None, "allclose", "size_aware", "normalised", "baseline"}
         What the check compares (its *decision value*, :mod:`tolstat.calibration.decision`; 0 for a
         correctly rounded output). ``"auto"`` (default): the operator combined score
@@ -231,36 +217,33 @@ def select(
         threshold (``"max_score"``, needs ``statistic="max_abs"``). A group with too few
         units to fit a scale and keep the order statistic's minimum uses the fit-free
         scale :meth:`tolstat.models.ScaleModel.fit_free`. The table records the choice and why.
-        With ``method`` ``"auto"``/``"order_statistic"`` and one statistic, every form
+        With ``options.method`` ``"auto"``/``"order_statistic"`` and one statistic, every form
         is calibrated by one engine (:func:`tolstat.calibration.engine.certify`): the
         distribution-free order statistic on independent units, pooling across
         exchangeable groups, an exact path for exact ops; never a tail model.
-        ``statistic`` with ``"bias"``, ``method="conformal"`` and ``method="evt"`` are
-        calibrated per statistic by :func:`calibrate` (``budget_split``, ``tail``).
+        ``statistic`` with ``"bias"``, ``SelectOptions(method="conformal")`` and
+        ``SelectOptions(method="evt")`` are calibrated per statistic by :func:`calibrate`
+        (``options.budget_split``, ``options.tail``).
+    statistic : str or sequence of str, default "max_abs"
+        The max-error statistic (``"max_abs"``, ``"max_ulp"`` or ``"max_rel"``),
+        optionally with ``"bias"`` (e.g. ``("max_abs", "bias")``): the budget and
+        confidence are then split between the statistics (``options.budget_split``).
     by : sequence of str, default ("op", "dtype", "hardware")
         Grouping; leave out ``"hardware"`` to calibrate one ``"*"`` entry over all
         hardware (``op`` and ``dtype`` are required).
-    budget_split : {"bonferroni", "sidak"}
-        How the budget is split between statistics (:func:`~tolstat._base.inference.split_budget`).
-    scale : ScaleOptions, optional
-        Settings of the noise-scale fit (quantile, covariates of the ``size_aware``,
-        ``normalised`` and ``baseline`` forms, solver); only used with a ``form``.
-    tail : TailOptions, optional
-        Settings of the tail model (:func:`calibrate`).
-    seed : int, default 0
-        Seed of the scale fit's subsample and of the parametric bootstrap.
-    on_error : {"raise", "skip"}
-        ``"skip"`` keeps groups with too few runs (:class:`NotEnoughData`) in the table
-        with a NaN threshold and the reason (looking them up raises); other errors
-        (bad data, missing covariates) are raised.
     cluster : str, optional
         A run label (e.g. ``"case"``: the same inputs through several variants) whose runs
         form one unit. Runs that share a reference (the same inputs, recorded as a
         fingerprint at collection) are one unit whether or not a label is declared; the
         two combine (:func:`tolstat.dataset.schema.run_units`). The promise counts units, not runs.
-    pooling : bool, default True
-        Let groups with too few units borrow the scores of groups whose scores are
-        exchangeable with theirs (tested; ``docs/guarantees.md``).
+    on_error : {"raise", "skip"}
+        ``"skip"`` keeps groups with too few runs (:class:`NotEnoughData`) in the table
+        with a NaN threshold and the reason (looking them up raises); other errors
+        (bad data, missing covariates) are raised.
+    options : SelectOptions, optional
+        The threshold method, the budget split between statistics, pooling, the
+        noise-scale and tail-model settings and the seed: see
+        :class:`~tolstat.calibration.options.SelectOptions` (default ``SelectOptions()``).
 
     Returns
     -------
@@ -273,6 +256,8 @@ def select(
         group and the runs needed).
     ValueError
         Bad budget/confidence/statistic/form; NaN or infinite calibration data.
+    TypeError
+        ``options`` is not a :class:`~tolstat.calibration.options.SelectOptions`.
 
     Examples
     --------
@@ -285,27 +270,27 @@ def select(
     >>> t = select(ds, fp_budget=0.01, form="allclose")
     >>> t.entry("scale3", "float16").statistics["max_score"].method
     'order_statistic'
+    >>> t = select(ds, fp_budget=0.01, form=None, options=tolstat.SelectOptions(method="conformal"))
+    >>> t.entry("scale3", "float16").statistics["max_abs"].method
+    'conformal'
     """
-    plan = _plan(errors_or_fit, fp_budget, confidence, method, statistic, form, by, budget_split, on_error)
-    scale = ScaleOptions() if scale is None else scale
-    tail = TailOptions() if tail is None else tail
-    if not isinstance(scale, ScaleOptions) or not isinstance(tail, TailOptions):
-        raise TypeError(f"scale must be a ScaleOptions and tail a TailOptions, got {type(scale).__name__} "
-                        f"and {type(tail).__name__}")
+    o = SelectOptions() if options is None else options
+    if not isinstance(o, SelectOptions):
+        raise TypeError(f"options must be a SelectOptions, got {type(o).__name__}")
+    plan = _plan(errors_or_fit, fp_budget, confidence, o.method, statistic, form, by, o.budget_split, on_error)
     ds = drop_duplicate_runs(validate(errors_or_fit))
     keys, inv = _group_keys(ds, plan.by)
     if plan.engine:
         groups, name = certified_groups(ds, keys, inv, form=form, a=plan.a, g=plan.g, cluster=cluster,
-                                        pooling=pooling, seed=seed, scale=scale, on_error=on_error,
-                                        statistic=plan.max_stat)
+                                        on_error=on_error, statistic=plan.max_stat, options=o)
         plan = dataclasses.replace(plan, names=[name], a_each=plan.a, g_each=plan.g)
     else:
         units = run_units(ds, cluster, groups=inv).ids
-        groups = [_select_group(ds.isel(run=np.flatnonzero(inv == gi)), key, plan, scale, tail, seed,
+        groups = [_select_group(ds.isel(run=np.flatnonzero(inv == gi)), key, plan, o.scale, o.tail, o.seed,
                                 units[inv == gi]) for gi, key in enumerate(keys)]
-    settings = {"fp_budget": plan.a, "confidence": plan.g, "method": method, "statistic": plan.requested,
-                "form": form, "by": list(plan.by), "budget_split": budget_split, "seed": seed,
-                "cluster": cluster, "pooling": pooling, "tail": tail.to_dict(), "scale": scale.to_dict()}
+    settings = {"fp_budget": plan.a, "confidence": plan.g, "method": o.method, "statistic": plan.requested,
+                "form": form, "by": list(plan.by), "budget_split": o.budget_split, "seed": o.seed,
+                "cluster": cluster, "pooling": o.pooling, "tail": o.tail.to_dict(), "scale": o.scale.to_dict()}
     prov = {
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "tolstat_version": __version__,
@@ -315,7 +300,7 @@ def select(
         "n_runs": int(ds.sizes["run"]),
     }
     meta = {"fp_budget": plan.a, "confidence": plan.g, "form": form, "statistics": plan.names,
-            "budget_split": budget_split, "provenance": prov}
+            "budget_split": o.budget_split, "provenance": prov}
     return ToleranceTable.from_groups(groups, meta)
 
 
@@ -344,8 +329,6 @@ def _plan(ds: Any, fp_budget: float, confidence: float, method: str, statistic: 
           form: str | None, by: Sequence[str], budget_split: str, on_error: str) -> _Plan:
     a = _validate.budget("fp_budget", fp_budget)
     g = _unit("confidence", confidence)
-    if method not in SELECT_METHODS:
-        raise ValueError(f"method must be one of {SELECT_METHODS}, got {method!r}")
     stats_req = [statistic] if isinstance(statistic, str) else list(statistic)
     max_stats = [s for s in stats_req if s != "bias"]
     if len(max_stats) != 1 or any(s not in MAX_STATISTICS + ("bias",) for s in stats_req) \

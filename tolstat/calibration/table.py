@@ -23,29 +23,14 @@ from tolstat._base import validate as _validate
 from tolstat._base.util import ANY, atomic_write, atomic_write_text
 from tolstat._version import __version__
 from tolstat.models.scale import ScaleModel
+from tolstat.calibration.bounds import Calibration
 from tolstat.calibration.table_format import _check_group_keys, _uf, check_table_data
 from tolstat.models.statistics import get as get_statistic
 
-__all__ = ["TABLE_SCHEMA", "StatEntry", "ToleranceEntry", "ToleranceTable", "load_table"]
+__all__ = ["TABLE_SCHEMA", "ToleranceEntry", "ToleranceTable", "load_table"]
 
 TABLE_SCHEMA = 1
 TAIL_KEYS = ("u", "sigma", "xi", "zeta", "gof_p")
-
-
-@dataclass(frozen=True)
-class StatEntry:
-    """Threshold of one statistic in one group of a :class:`ToleranceTable`."""
-
-    statistic: str
-    threshold: float
-    estimate: float
-    budget: float
-    confidence: float
-    method: str
-    reason: str
-    n: int
-    tail: dict[str, float]
-    top: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -64,7 +49,7 @@ class ToleranceEntry:
     n : int
         Calibration runs.
     statistics : dict
-        ``{name: StatEntry}``; the first is the max-error statistic.
+        ``{name: Calibration}`` (:class:`~tolstat.calibration.bounds.Calibration`, with ``statistic`` set); the first is the max-error statistic.
     scale : ScaleModel or None
         Noise-scale model of ``max_score``.
     fp_budget, confidence : float
@@ -82,7 +67,7 @@ class ToleranceEntry:
     requested_hardware: str | None
     fallback: str
     n: int
-    statistics: dict[str, StatEntry]
+    statistics: dict[str, Calibration]
     scale: ScaleModel | None
     fp_budget: float
     confidence: float
@@ -392,7 +377,7 @@ class ToleranceTable:
             )
         i, how = hit
         d = self.data
-        stats: dict[str, StatEntry] = {}
+        stats: dict[str, Calibration] = {}
         for j, s in enumerate(self.statistics):
             thr = float(d["threshold"].values[i, j])
             if math.isnan(thr):
@@ -400,7 +385,7 @@ class ToleranceTable:
                                f"{d['reason'].values[i, j]}")
             top = d["top_scores"].values[i, j]
             cert = _certificate(d, i) or {}
-            stats[s] = StatEntry(
+            stats[s] = Calibration(
                 statistic=s, threshold=thr, estimate=float(d["estimate"].values[i, j]),
                 budget=float(d["budget"].values[i, j]), confidence=float(d["stat_confidence"].values[i, j]),
                 method=str(d["method"].values[i, j]), reason=str(d["reason"].values[i, j]),

@@ -273,7 +273,7 @@ def fit_normalisers(values: np.ndarray, *, quantile: float = 1.0, resolution: An
         Statistics of the fitting part (NaN ignored).
     quantile : float, default 1.0
         Quantile level (empirical, ``method="higher"``, so ``q_j`` is an observed value;
-        the default is the largest, see :func:`~tolstat.calibration.engine.certify`'s ``norm_quantile``).
+        the default is the largest, see :attr:`~tolstat.calibration.engine.CertifyOptions.norm_quantile`).
     resolution : float or mapping, optional
         Used where the quantile is not positive (all fitting values zero or absent): the
         resolution floor of the statistic if positive, else 1. Default: 1.
