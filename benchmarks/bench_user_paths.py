@@ -126,7 +126,7 @@ def bench_noise(rows, repeats):
 
     def numpy_def():
         noise.run_statistics(a, e, **kw)
-        noise.run_statistics(a, e, c_mid=1.0, **kw)
+        noise.run_statistics(a, e, shape=noise.MID_SHAPE, **kw)
 
     tf, tg = _median_pair(lambda: noise.record_statistics(a, e, **kw), numpy_def, repeats)
     rows.append(dict(name="record_statistics, 1e6 elements, row-wise", value=tf, unit="s", baseline=tg,
@@ -158,7 +158,8 @@ def bench_stream(rows, runs):
 
     import tolstat
 
-    kw = dict(op="matmul", dtype="fp16", hardware="bench", seed=0, progress=False)
+    kw = dict(op="matmul", dtype="fp16", hardware="bench", seed=0,
+              options=tolstat.CollectOptions(progress=False))
     tolstat.collect(_kernel, _reference, _make, runs=3, **kw)
     d = Path(tempfile.mkdtemp())
     sizes = (runs, 3 * runs)

@@ -64,6 +64,7 @@ def _baseline(out, ref, dtype):
 def collect_runs(ops, dtypes, n_cal, n_test, seed, quick=False, progress=True):
     from tolstat import corpus
     from tolstat.measure.metrics import ulp_distance
+    from tolstat.measure import noise
     from tolstat.measure.noise import run_statistics
 
     rows = []
@@ -92,7 +93,7 @@ def collect_runs(ops, dtypes, n_cal, n_test, seed, quick=False, progress=True):
                         s_op = run_statistics(o, ref, dtype=dt, magnitude=mag, K=K,
                                               rowwise=rowwise, op=op)
                         s_mid = run_statistics(o, ref, dtype=dt, magnitude=mag, K=K,
-                                               rowwise=rowwise, op=op, c_mid=1.0)
+                                               rowwise=rowwise, op=op, shape=noise.MID_SHAPE)
                         s_ref = run_statistics(o, ref, dtype=dt, magnitude=None, K=K,
                                                rowwise=rowwise, op=op)
                         rows.append({"op": op, "dtype": dt, "part": part, "case": ci,

@@ -30,7 +30,7 @@ def _ref(x):
 @pytest.fixture(scope="module")
 def table():
     ds = tolstat.collect(_kernel, _ref, lambda r: tolstat.Inputs(args=(r.standard_normal((8, 8)),)),
-                         op="mul3", dtype="float16", runs=600, hardware="cpu", seed=0, progress=False)
+                         op="mul3", dtype="float16", runs=600, hardware="cpu", seed=0, options=tolstat.CollectOptions(progress=False))
     return select(ds, fp_budget=0.01, form="allclose")
 
 
@@ -112,7 +112,7 @@ def test_size_aware_needs_covariate():
         K = int(r.choice([16, 64]))
         return tolstat.Inputs(args=(r.standard_normal((8, K)),), covariates={"K": K})
 
-    ds = tolstat.collect(k, ref, mk, op="sum", dtype="float16", runs=400, hardware="cpu", progress=False)
+    ds = tolstat.collect(k, ref, mk, op="sum", dtype="float16", runs=400, hardware="cpu", options=tolstat.CollectOptions(progress=False))
     t = select(ds, fp_budget=0.02, form="size_aware")
     x = np.random.default_rng(0).standard_normal((8, 64))
     with pytest.raises(ValueError, match="'K'"):
@@ -130,7 +130,8 @@ def test_baseline_form_handles_zero_baseline():
         base = 0.0 if i % 4 == 0 else float(np.abs(e - (e + rng.standard_normal(32) * 1e-3)).max())
         pairs.append((out, e, None, {"baseline_max_abs": base}))
     ds = tolstat.from_pairs(pairs, op="b", dtype="float16", hardware="cpu")
-    t = select(ds, fp_budget=0.05, form="baseline", scale=tolstat.models.ScaleOptions(floor=4.0))
+    t = select(ds, fp_budget=0.05, form="baseline",
+               options=tolstat.SelectOptions(scale=tolstat.models.ScaleOptions(floor=4.0)))
     ent = t.entry("b", "float16")
     x = rng.standard_normal(32)
     e = x.astype(np.float16).astype(np.float64) * 3.0
@@ -250,6 +251,21 @@ def test_assert_close_passes_its_options_on():
     assert r.hardware == "gpuA"
 
 
+def test_assert_close_takes_exactly_the_keywords_of_check():
+    """One definition of what a check takes: assert_close refuses any other keyword, by name."""
+    import inspect
+
+    from table_helpers import group, table
+
+    t = table([group("mm", "float64", "gpuA", 0.5, top=[0.5])])
+    with pytest.raises(TypeError, match=r"unexpected keyword argument\(s\) \['atol'\]"):
+        assert_close(EXP, EXP, op="mm", dtype="float64", table=t, atol=1e-3)
+    with pytest.raises(TypeError, match=r"needs the keyword argument\(s\) \['table'\]"):
+        assert_close(EXP, EXP, op="mm", dtype="float64")
+    kw = {n for n, p in inspect.signature(check).parameters.items() if p.kind is p.KEYWORD_ONLY}
+    assert kw == set(tolstat.checks.checking._CHECK_KEYWORDS) and {"op", "magnitude", "hardware_policy"} <= kw
+
+
 def test_assert_close_forwards_covariates(mul3):
     def k(x):
         return np.cumsum(x.astype(np.float16), axis=-1, dtype=np.float16)[:, -1]
@@ -261,7 +277,7 @@ def test_assert_close_forwards_covariates(mul3):
         K = int(r.choice([16, 64]))
         return tolstat.Inputs(args=(r.standard_normal((8, K)),), covariates={"K": K})
 
-    ds = tolstat.collect(k, ref, mk, op="sum", dtype="float16", runs=200, hardware="cpu", progress=False)
+    ds = tolstat.collect(k, ref, mk, op="sum", dtype="float16", runs=200, hardware="cpu", options=tolstat.CollectOptions(progress=False))
     t = select(ds, fp_budget=0.05, form="size_aware")
     x = np.random.default_rng(0).standard_normal((8, 64))
     r = assert_close(k(x), ref(x), op="sum", dtype="float16", table=t, covariates={"K": 64})

@@ -118,7 +118,7 @@ def test_topk_and_kth():
 import contextlib
 import importlib
 
-_qmod = importlib.import_module("tolstat.models.estimators.quantile")
+_qmod = importlib.import_module("tolstat.models.estimators.quantiles")
 special = st.sampled_from(
     [0.0, -0.0, 5e-324, -5e-324, 2.2250738585072014e-308, -1e-310, 1.0, -1.0, 1.0 + 2**-52,
      1.0 - 2**-53, 3.0, -7.5, 1e300, -1e300, np.inf, -np.inf]
@@ -302,7 +302,7 @@ def test_topk_groups_k_equal_one_is_the_group_max():
 
 
 def test_nan_error_names_the_first_group_with_a_nan():
-    from tolstat.models.estimators.quantile import quantile_groups
+    from tolstat.models.estimators.quantiles import quantile_groups
 
     x = np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0], [1.0, np.nan, 3.0], [np.nan, 1.0, 2.0]])
     with pytest.raises(ValueError, match=r"input contains NaN \(first in group 2\)"):
@@ -310,7 +310,7 @@ def test_nan_error_names_the_first_group_with_a_nan():
 
 
 def test_quantiles_of_integer_values_are_numpy_quantiles():
-    from tolstat.models.estimators.quantile import quantile_groups
+    from tolstat.models.estimators.quantiles import quantile_groups
 
     x = np.array([[3, 1, 2, 5, 8], [10, 0, 7, 7, 1]])
     q, n = quantile_groups(x, [0.3, 0.5, 0.9])

@@ -125,7 +125,7 @@ def test_shift_against_the_corpus_emulation(collected):
     _, ds = collected
     # 10 cases: the variants of one case share its inputs and count as one unit (9 needed at 0.3)
     emu = calibration_dataset(EvalConfig(ops=["matmul", "softmax"], n_cal=10, seed=3, quick=True), progress=False)
-    res = tolstat.shift(emu, ds, fp_budget=0.3, method="order_statistic")
+    res = tolstat.shift(emu, ds, fp_budget=0.3, options=tolstat.SelectOptions(method="order_statistic"))
     assert [(str(o), str(d)) for o, d in zip(res.data.op.values, res.data.dtype.values)] == [
         ("matmul", "bfloat16"), ("matmul", "float16"), ("softmax", "bfloat16"), ("softmax", "float16")]
     assert res.only_b == [("conv1d", "bfloat16"), ("conv1d", "float16"),

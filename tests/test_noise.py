@@ -13,7 +13,9 @@ import tolstat
 from tolstat.measure import noise
 from tolstat._base.dtypes import target_dtype
 from tolstat._base.dtypes import unit_roundoff
-from tolstat.measure.noise import noise_scale, record_statistics, register_invariant, run_statistics
+from tolstat.measure import invariants
+from tolstat.measure.invariants import register_invariant
+from tolstat.measure.noise import MID_SHAPE, NoiseShape, noise_scale, record_statistics, run_statistics
 
 FORMATS = ["float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2"]
 
@@ -71,9 +73,9 @@ def test_correctly_rounded_output_never_exceeds_one(dtype):
     rng = np.random.default_rng(7)
     ref = edge_values(dtype, rng)
     out = round_once(ref, dtype)
-    st = run_statistics(out, ref, dtype=dtype, K=1, c_acc=0.0)
+    st = run_statistics(out, ref, dtype=dtype, K=1, shape=NoiseShape(c_acc=0.0))
     assert st["op_max"] <= 1.0
-    s = noise_scale(ref, dtype=dtype, c_acc=0.0)
+    s = noise_scale(ref, dtype=dtype, shape=NoiseShape(c_acc=0.0))
     d = np.abs(out.astype(np.float64) - ref)
     assert np.all(d <= s)
     # the bound is tight: a midpoint just above a power of two, 2**e (1 + u), has z = 1/(1+u)
@@ -86,7 +88,7 @@ def test_correctly_rounded_output_never_exceeds_one(dtype):
     with np.errstate(invalid="ignore"):
         sh = shifted.astype(np.float64)
     ok = np.isfinite(sh) & (np.sign(sh) == np.sign(ref[normal]))
-    st_bad = run_statistics(shifted[ok], ref[normal][ok], dtype=dtype, c_acc=0.0)
+    st_bad = run_statistics(shifted[ok], ref[normal][ok], dtype=dtype, shape=NoiseShape(c_acc=0.0))
     assert st_bad["op_frac"] == 1.0
 
 
@@ -97,7 +99,7 @@ def test_correct_rounding_passes_with_any_magnitude(dtype):
     ref = edge_values(dtype, rng, 4000)
     out = round_once(ref, dtype)
     m = np.abs(ref) * rng.uniform(0, 5, ref.size)
-    st = run_statistics(out, ref, dtype=dtype, magnitude=m, K=4096, c_mid=2.0)
+    st = run_statistics(out, ref, dtype=dtype, magnitude=m, K=4096, shape=NoiseShape(c_mid=2.0))
     assert st["op_max"] <= 1.0
 
 
@@ -135,7 +137,7 @@ def test_statistics_match_naive_reference():
     out = (ref + 4e-3 * rng.standard_normal(ref.shape)).astype(np.float16)
     mag = np.abs(ref) + rng.uniform(0, 2, ref.shape)
     st = run_statistics(out, ref, dtype="float16", magnitude=mag, K=64, rowwise=True,
-                        row_axis=1, frac_k=1.5)
+                        row_axis=1, shape=NoiseShape(frac_k=1.5))
     want = _naive(out, ref, "float16", mag, 64, 1)
     for k, v in want.items():
         assert st[k] == pytest.approx(v, rel=1e-12), k
@@ -183,6 +185,10 @@ def test_bad_arguments():
         run_statistics(np.zeros(3), np.zeros(3), dtype="float16", K=-1)
     with pytest.raises(TypeError, match="floating-point array"):
         run_statistics(np.array(["a"]), np.zeros(1), dtype="float16")
+    with pytest.raises(ValueError, match=r"NoiseShape.c_mid must be a finite number >= 0, got -1"):
+        NoiseShape(c_mid=-1)
+    with pytest.raises(TypeError, match="shape must be a NoiseShape, got dict"):
+        run_statistics(np.zeros(3), np.zeros(3), dtype="float16", shape={"c_mid": 1.0})
     with pytest.raises(ValueError, match="does not broadcast"):
         noise_scale(np.zeros(3), dtype="float16", magnitude=np.zeros(4))
 
@@ -248,7 +254,7 @@ def test_record_statistics_names_and_mid_shape():
     # the intermediate-store term only widens the noise scale
     assert st["op_rms_mid"] <= st["op_rms"] and st["op_max_mid"] <= st["op_max"]
     s0 = noise_scale(ref, dtype="float16", K=64)
-    s1 = noise_scale(ref, dtype="float16", K=64, c_mid=1.0)
+    s1 = noise_scale(ref, dtype="float16", K=64, shape=MID_SHAPE)
     np.testing.assert_allclose(s1 - s0, unit_roundoff("float16") / 8 * np.abs(ref), rtol=1e-12)
 
 
@@ -269,7 +275,7 @@ def test_register_invariant():
         with pytest.raises(ValueError, match="must be >= 0"):
             run_statistics(np.ones(4, np.float16), np.ones(4), dtype="float16", op=name)
     finally:
-        noise._INVARIANTS.pop(name, None)
+        invariants._INVARIANTS.pop(name, None)
 
 
 # ----------------------------------------------------------------- dataset wiring
@@ -284,7 +290,7 @@ def test_from_pairs_with_magnitude_array():
         mag = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
         pairs.append((out, ref, mag, {"variant": "x"}, {"K": 32.0}))
         direct.append(run_statistics(out, ref, dtype="float16", magnitude=mag, K=32))
-    ds = tolstat.from_pairs(pairs, op="matmul", dtype="float16", progress=False)
+    ds = tolstat.from_pairs(pairs, op="matmul", dtype="float16", options=tolstat.CollectOptions(progress=False))
     tolstat.dataset.validate(ds)
     for k in noise.STATISTICS:
         assert ds[k].attrs["role"] == "op_statistic"
@@ -293,29 +299,32 @@ def test_from_pairs_with_magnitude_array():
         else:  # sums: one fused pass (sequential) vs numpy's pairwise sums, equal to rounding
             np.testing.assert_allclose(ds[k].values, [d[k] for d in direct], rtol=1e-12, atol=0)
     out, ref, mag = pairs[2][:3]
-    mid = run_statistics(out, ref, dtype="float16", magnitude=mag, K=32, c_mid=1.0)
+    mid = run_statistics(out, ref, dtype="float16", magnitude=mag, K=32, shape=MID_SHAPE)
     assert ds["op_rms_mid"].values[2] == pytest.approx(mid["op_rms"], rel=1e-12)
     assert "intermediate-store" in ds["op_rms_mid"].attrs["long_name"]
     assert sorted(k for k in ds.data_vars if ds[k].attrs.get("role") == "op_statistic") == \
         sorted(noise.record_statistic_names("matmul"))
     assert ds["variant"].values.tolist() == ["x"] * 4
     # 3-tuple: the third item is a magnitude unless it is a mapping (labels)
-    ds3 = tolstat.from_pairs([p[:3] for p in pairs], op="matmul", dtype="float16", progress=False)
+    ds3 = tolstat.from_pairs([p[:3] for p in pairs], op="matmul", dtype="float16", options=tolstat.CollectOptions(progress=False))
     assert "op_max" in ds3
     plain = tolstat.from_pairs([(p[0], p[1], {"variant": "x"}) for p in pairs], op="matmul",
-                               dtype="float16", progress=False)
+                               dtype="float16", options=tolstat.CollectOptions(progress=False))
     assert "op_max" not in plain and "variant" in plain.coords
     fallback = tolstat.from_pairs([p[:2] for p in pairs], op="matmul", dtype="float16",
-                                  magnitude="ref", progress=False)
+                                  options=tolstat.CollectOptions(magnitude="ref", progress=False))
     assert np.all(np.isfinite(fallback["op_rms"].values))
     with pytest.raises(ValueError, match="magnitude for every run or for none"):
         tolstat.from_pairs([pairs[0][:3], pairs[1][:2]], op="matmul", dtype="float16",
-                           progress=False)
-    with pytest.raises(ValueError, match="magnitude must be None or 'ref'"):
-        tolstat.from_pairs(pairs, op="matmul", dtype="float16", magnitude="abs", progress=False)
+                           options=tolstat.CollectOptions(progress=False))
+    with pytest.raises(ValueError, match=r"CollectOptions.magnitude must be a callable, 'ref' or None, got 'abs'"):
+        tolstat.CollectOptions(magnitude="abs", progress=False)
+    with pytest.raises(ValueError, match="magnitude must be None or 'ref'"):  # pairs carry their arrays
+        tolstat.from_pairs(pairs, op="matmul", dtype="float16",
+                           options=tolstat.CollectOptions(magnitude=np.abs, progress=False))
 
 
-def test_collect_with_magnitude_function():
+def test_collect_with_magnitude_function(tmp_path):
     def kernel(a, b):
         return (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
 
@@ -331,16 +340,19 @@ def test_collect_with_magnitude_function():
         return tolstat.Inputs(args=(a, b), covariates={"K": 64.0})
 
     ds = tolstat.collect(kernel, reference, make, op="matmul", dtype="float16", runs=3,
-                         magnitude=magnitude, progress=False)
+                         options=tolstat.CollectOptions(magnitude=magnitude, progress=False))
     a, b = make(np.random.default_rng([0, 1])).args
     want = run_statistics(kernel(a, b), reference(a, b), dtype="float16",
                           magnitude=magnitude(a, b), K=64)
     assert ds["op_max"].values[1] == want["op_max"]
     assert ds["op_rms"].values[1] == want["op_rms"]
     assert np.all(ds["op_max"].values <= 1.0)  # float32 accumulation, one rounding
-    with pytest.raises(ValueError, match="not supported with store"):
-        tolstat.collect(kernel, reference, make, op="matmul", dtype="float16", runs=1,
-                        magnitude=magnitude, store="x.zarr")
+    # streamed to a store: the same operator statistics (tests/test_stream.py compares all)
+    st = tolstat.collect(kernel, reference, make, op="matmul", dtype="float16", runs=3,
+                         options=tolstat.CollectOptions(magnitude=magnitude, progress=False),
+                         store=tmp_path / "m.zarr")
+    np.testing.assert_array_equal(st["op_max"].values, ds["op_max"].values)
+    np.testing.assert_array_equal(st["op_rms"].values, ds["op_rms"].values)
 
 
 def test_corpus_magnitudes_bound_the_reference():
@@ -511,7 +523,7 @@ def test_matched_non_finite_pairs_reach_an_invariant_as_exact_entries():
         same = (a[f] == e[f]) | (np.isnan(a[f]) & np.isnan(e[f]))
         return float(np.count_nonzero(~same))
 
-    noise.register_invariant("matched_nonfinite_op", "nonfinite", nonfinite_diffs, replace=True)
+    register_invariant("matched_nonfinite_op", "nonfinite", nonfinite_diffs, replace=True)
     e = np.linspace(-2.0, 2.0, 24).reshape(4, 6)
     e[1, 2], e[3, 5], e[0, 0] = np.inf, -np.inf, np.nan
     a = e.astype(np.float32).astype(np.float64)
@@ -526,7 +538,7 @@ def test_matched_non_finite_pairs_reach_an_invariant_as_exact_entries():
 def test_invariants_of_an_output_without_rows_are_zero(op, name):
     """An output with no rows satisfies every invariant (0, like the statistics of an
     empty output); an invariant is a nonnegative statistic, 0 when it holds."""
-    fn = noise.invariants(op)[name]
+    fn = invariants.invariants(op)[name]
     z = np.zeros((0, 8))
     assert fn(z, z, np.ones((0, 8))) == 0.0
 
@@ -541,7 +553,7 @@ def test_rms_norm_of_a_zero_row_is_exact_and_quiet():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         st = noise.run_statistics(a, e, dtype="float16", rowwise=True, op="rms_norm")
-        v = noise.invariants("rms_norm")["row_scale"](a[2:3], e[2:3], np.ones((1, 32)))
+        v = invariants.invariants("rms_norm")["row_scale"](a[2:3], e[2:3], np.ones((1, 32)))
     assert v == 0.0
     s = _scale(e, 2.0 ** -11, 2.0 ** -14)
     d = a - e

@@ -12,7 +12,7 @@ from tolstat.measure import noise
 
 def _numpy_record(actual, expected, **kw):
     out = noise.run_statistics(actual, expected, **kw)
-    mid = noise.run_statistics(actual, expected, c_mid=1.0, **kw)
+    mid = noise.run_statistics(actual, expected, shape=noise.MID_SHAPE, **kw)
     out.update({k + noise.MID_SUFFIX: v for k, v in mid.items()})
     return out
 

@@ -43,7 +43,7 @@ def _make(rng):
 
 def _dataset(seed: int, ops=("mm", "mm2"), hardware="hw-a") -> "tolstat.xr.Dataset":
     parts = [tolstat.collect(_kernel, _reference, _make, op=op, dtype="float16", runs=RUNS, seed=seed + 100 * i,
-                             hardware=hardware, sample_size=64) for i, op in enumerate(ops)]
+                             hardware=hardware, options=tolstat.CollectOptions(sample_size=64)) for i, op in enumerate(ops)]
     return tolstat.concat(parts)
 
 
@@ -116,8 +116,8 @@ def test_statistics_match_scipy_on_the_tables_scores(a, b_same, res_same):
     ent = res_same.table.entry("mm", "float16")
     sa = a.isel(run=np.flatnonzero(a.op.values == "mm"))
     sb = b_same.isel(run=np.flatnonzero(b_same.op.values == "mm"))
-    xa, _ = run_scores(sa, ent.scale, "max_abs")
-    xb, _ = run_scores(sb, ent.scale, "max_abs")
+    xa = run_scores(sa, ent.scale, "max_abs").scores
+    xb = run_scores(sb, ent.scale, "max_abs").scores
     vb = run_values(sb, "max_score", ent.scale)  # what a check compares: 0 when correctly rounded
     row = res_same.data.isel(group=0)
     ks = stats.ks_2samp(xa, xb)
@@ -142,7 +142,7 @@ def test_no_form_scores_plain_max_abs(a, b_same):
 
 def test_group_too_small_for_the_budget_is_kept_without_fp(a, b_same):
     # 300 runs cannot hold 1e-4 with an order statistic
-    res = tolstat.shift(a, b_same, fp_budget=1e-4, method="order_statistic")
+    res = tolstat.shift(a, b_same, fp_budget=1e-4, options=tolstat.SelectOptions(method="order_statistic"))
     assert set(res.data["method"].values.tolist()) == {"refused"}
     d = res.data
     assert set(d["fp_status"].values.tolist()) == {""}
@@ -181,8 +181,10 @@ def test_bad_arguments(a, b_same):
         tolstat.shift(a, b_same, form="bogus")
     with pytest.raises(ValueError, match="no \\(op, dtype\\) in both"):
         tolstat.shift(a, _dataset(4, ops=("zz",)))
-    with pytest.raises(ValueError, match="cannot be set"):
-        tolstat.shift(a, b_same, by=("op", "dtype", "hardware"))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'by'"):
+        tolstat.shift(a, b_same, by=("op", "dtype", "hardware"))  # shift calibrates by (op, dtype)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'method'"):
+        tolstat.shift(a, b_same, method="evt")  # select's settings come as options=SelectOptions(...)
     with pytest.raises(TypeError, match="xarray.Dataset"):
         tolstat.shift(a, {"max_abs": 1})
 
@@ -249,7 +251,7 @@ def test_null_simulation_false_flags_stay_at_their_levels():
     the 'broken' flag (one-sided level 0.025 given a table that keeps its budget, which it
     does with confidence 0.95) must be rare."""
     pool = tolstat.collect(_kernel, _reference, _make, op="mm", dtype="float16", runs=1200, seed=7,
-                           hardware="pool", sample_size=16)
+                           hardware="pool", options=tolstat.CollectOptions(sample_size=16))
     rng = np.random.default_rng(11)
     reps, shifted, broken = 30, 0, 0
     for _ in range(reps):

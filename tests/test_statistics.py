@@ -30,7 +30,7 @@ def pairs():
 
 @pytest.fixture(scope="module")
 def ds(pairs):
-    return tolstat.from_pairs(pairs, op="mul3", dtype="float16", hardware="cpu", sample_size=4096)
+    return tolstat.from_pairs(pairs, op="mul3", dtype="float16", hardware="cpu", options=tolstat.CollectOptions(sample_size=4096))
 
 
 def test_registry_names_and_fields():
@@ -57,7 +57,7 @@ def test_dataset_value_equals_pair_value(name, pairs, ds):
 
 
 def test_max_score_dataset_equals_pair(pairs, ds):
-    model = tolstat.models.scale.fit_scale(ds, "size_aware", size_covariate="K")
+    model = tolstat.models.scale.fit_scale(ds, "size_aware", tolstat.models.scale.ScaleOptions(size_covariate="K"))
     st = statistics.get("max_score")
     from_ds = st.run_scores(ds, model).scores
     from_pairs = []
@@ -95,10 +95,11 @@ def test_check_uses_the_registry(ds, mul3):
     assert (r.atol, r.rtol) == statistics.get("max_rel").allclose_pair(c, "float16")
 
 
-def test_run_scores_unpacks(ds):
+def test_run_scores_is_a_record_not_a_pair(ds):
     res = tolstat.models.scale.run_scores(ds, None, "max_abs")
-    scores, n_inexact = res
-    assert scores is res.scores and n_inexact == 0
+    assert res.scores.shape == (ds.sizes["run"],) and res.n_inexact == 0
+    with pytest.raises(TypeError):
+        iter(res)
 
 
 # --------------------------------------------------------------------------- definitions
@@ -118,8 +119,9 @@ def _pairs(seed=0, runs=5):
 @pytest.mark.parametrize("name", ["max_abs", "max_rel", "bias"])
 def test_run_scores_of_the_plain_statistics_are_the_numpy_definitions(name):
     pairs = _pairs()
-    ds = tolstat.from_pairs(pairs, op="add", dtype="float32", progress=False)
-    scores, n_inexact = get(name).run_scores(ds)
+    ds = tolstat.from_pairs(pairs, op="add", dtype="float32", options=tolstat.CollectOptions(progress=False))
+    res = get(name).run_scores(ds)
+    scores, n_inexact = res.scores, res.n_inexact
     d = [a.astype(np.float64) - e for a, e in pairs]
     if name == "max_abs":
         ref = [np.max(np.abs(x)) for x in d]
@@ -183,9 +185,10 @@ def _matmul_pairs(n=4, seed=5, exact_runs=()):
 
 def test_op_score_of_a_dataset_is_max_of_statistic_over_normaliser_with_exact_runs_zero():
     pairs = _matmul_pairs(exact_runs=(1,))
-    ds = tolstat.from_pairs(pairs, op="matmul", dtype="float16", progress=False)
+    ds = tolstat.from_pairs(pairs, op="matmul", dtype="float16", options=tolstat.CollectOptions(progress=False))
     q = {"op_max": 2.0, "op_rms": 0.5}
-    scores, n_inexact = get("op_score").run_scores(ds, {"normalisers": q})
+    res = get("op_score").run_scores(ds, {"normalisers": q})
+    scores, n_inexact = res.scores, res.n_inexact
     direct = [noise.run_statistics(o, r, dtype="float16", magnitude=m, K=32) for o, r, m, _, _ in pairs]
     ref = [max(d["op_max"] / 2.0, d["op_rms"] / 0.5) for d in direct]
     ref[1] = 0.0  # a correctly rounded run scores 0
@@ -244,7 +247,7 @@ def test_max_score_run_scores_name_the_missing_covariate_and_those_present():
     rng = np.random.default_rng(0)
     pairs = [(rng.standard_normal(8).astype(np.float32), rng.standard_normal(8), None, {}, {"K": 1.0, "M": 2.0})
              for _ in range(3)]
-    ds = tolstat.from_pairs(pairs, op="x", dtype="float32", progress=False)
+    ds = tolstat.from_pairs(pairs, op="x", dtype="float32", options=tolstat.CollectOptions(progress=False))
     model = ScaleModel(form="allclose", atol=1e-7, linear={"N": 1.0})
     with pytest.raises(ValueError, match=r"covariate 'N' is not in the dataset \(have \['ref_max_abs', 'ref_rms', "
                                          r"'n_elements', 'K', 'M'\]\)"):
@@ -259,10 +262,10 @@ def test_max_score_run_scores_ignore_the_padding_of_smaller_runs():
     for size in (8, 4, 6):  # unequal runs: the smaller ones are NaN-padded in the sample
         e = rng.standard_normal(size)
         pairs.append(((e + rng.normal(0, 1e-3, size)).astype(np.float32), e))
-    ds = tolstat.from_pairs(pairs, op="x", dtype="float32", progress=False)
+    ds = tolstat.from_pairs(pairs, op="x", dtype="float32", options=tolstat.CollectOptions(progress=False))
     assert ds["n_sample"].values.tolist() == [8, 4, 6]
     model = ScaleModel(form="allclose", atol=1e-4, rtol=1e-3)
-    scores, _ = get("max_score").run_scores(ds, model)
+    scores = get("max_score").run_scores(ds, model).scores
     ref = [np.max(np.abs(a.astype(np.float64) - e) / (1e-4 + 1e-3 * np.abs(e))) for a, e in pairs]
     np.testing.assert_allclose(scores, ref, rtol=1e-12, atol=0)
 
@@ -271,10 +274,10 @@ def test_plain_run_scores_factory():
     # the registry builds its from_dataset callables at import; this calls the factory itself
     from tolstat.models.statistics import _plain_run
 
-    ds = tolstat.from_pairs(_pairs(), op="add", dtype="float32", progress=False)
-    scores, n_inexact = _plain_run("max_abs")(ds)
-    np.testing.assert_array_equal(scores, ds["max_abs"].values.astype(np.float64))
-    assert n_inexact == 0 and scores.dtype == np.float64
+    ds = tolstat.from_pairs(_pairs(), op="add", dtype="float32", options=tolstat.CollectOptions(progress=False))
+    res = _plain_run("max_abs")(ds)
+    np.testing.assert_array_equal(res.scores, ds["max_abs"].values.astype(np.float64))
+    assert res.n_inexact == 0 and res.scores.dtype == np.float64
 
 
 class _ZeroScale:

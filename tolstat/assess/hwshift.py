@@ -60,6 +60,7 @@ from tolstat._base.inference import clopper_pearson, holm
 from tolstat.calibration.decision import exceeds, run_values
 from tolstat.models.scale import ScaleModel, run_scores
 from tolstat.calibration.selection import select
+from tolstat.calibration.options import SelectOptions
 from tolstat.calibration.table import ToleranceTable
 
 __all__ = ["ShiftResult", "shift", "evaluation_shift_report"]
@@ -285,7 +286,8 @@ def shift(
     fp_budget: float = 0.01,
     confidence: float = 0.95,
     form: str | None = "allclose",
-    **select_kwargs: Any,
+    cluster: str | None = None,
+    options: SelectOptions | None = None,
 ) -> ShiftResult:
     """Compare two error datasets and test a table calibrated on ``a`` against ``b``.
 
@@ -305,9 +307,12 @@ def shift(
     form : {"allclose", "size_aware", "normalised", "baseline"} or None, default "allclose"
         Noise-scale model of the score (:func:`tolstat.select`); None scores runs by
         their plain ``max_abs``.
-    **select_kwargs
-        Further settings of :func:`tolstat.select` (``method``, ``n_resamples``, ...);
-        ``by``, ``statistic`` and ``on_error`` are fixed here.
+    cluster : str, optional
+        As in :func:`tolstat.select`: a run label whose runs form one unit.
+    options : SelectOptions, optional
+        Further settings of :func:`tolstat.select`
+        (:class:`~tolstat.calibration.options.SelectOptions`); shift calibrates with
+        ``by=("op", "dtype")``, ``statistic="max_abs"`` and ``on_error="skip"``.
 
     Returns
     -------
@@ -324,10 +329,6 @@ def shift(
     for name, ds in (("a", a), ("b", b)):
         if not isinstance(ds, xr.Dataset):
             raise TypeError(f"shift: {name} must be an error dataset (xarray.Dataset), got {type(ds).__name__}")
-    fixed = {"by", "statistic", "on_error"} & set(select_kwargs)
-    if fixed:
-        raise ValueError(f"shift: {sorted(fixed)} cannot be set (shift calibrates by=('op', 'dtype'), "
-                         "statistic='max_abs', on_error='skip')")
     a = validate(a)
     b = validate(b)
     ga, gb = _groups(a), _groups(b)
@@ -339,7 +340,7 @@ def shift(
     a_common = a.isel(run=np.sort(np.concatenate([ga[k] for k in common])))
     # select validates fp_budget, confidence and form and names them in its errors
     table = select(a_common, fp_budget=fp_budget, confidence=confidence, form=form, by=("op", "dtype"),
-                   statistic="max_abs", on_error="skip", **select_kwargs)
+                   statistic="max_abs", on_error="skip", cluster=cluster, options=options)
     alpha = 1.0 - float(confidence)
     rows: list[dict[str, Any]] = []
     for op, dt in common:
@@ -353,8 +354,8 @@ def shift(
                 raise ValueError(f"no scale model could be fitted on A: {reason}")
             # the score distributions compared: the statistic itself (its law, correctly rounded
             # runs included); the false-positive count: the decision values a check compares
-            xa, ia = run_scores(sa, model, "max_abs")
-            xb, ib = run_scores(sb, model, "max_abs")
+            ra, rb = run_scores(sa, model, "max_abs"), run_scores(sb, model, "max_abs")
+            xa, ia, xb, ib = ra.scores, ra.n_inexact, rb.scores, rb.n_inexact
             vb = run_values(sb, "max_abs" if model is None else "max_score", model)
         except ValueError as exc:  # e.g. B lacks a covariate of A's scale model
             row.update(note=f"not scored: {exc}", n_inexact_a=0, n_inexact_b=0)

@@ -8,6 +8,8 @@ with its threshold, and says how unlikely the observed error is for a correct ke
 
 from __future__ import annotations
 
+import inspect
+
 import math
 from typing import Any, Mapping
 
@@ -202,24 +204,22 @@ def _check_operator(m: ErrorMetrics, actual: Any, expected: Any, ent: ToleranceE
     )
 
 
-def assert_close(
-    actual: Any,
-    expected: Any,
-    *,
-    op: str,
-    dtype: Any,
-    table: ToleranceTable,
-    hardware: str | None = None,
-    covariates: Mapping[str, Any] | None = None,
-    allow_nan: bool = False,
-    msg: str | None = None,
-    hardware_policy: str | None = None,
-    magnitude: Any = None,
-) -> CheckResult:
+def assert_close(actual: Any, expected: Any, *, msg: str | None = None, **kwargs: Any) -> CheckResult:
     """Like :func:`check`, but raise ``AssertionError`` with an explanation on failure.
 
     The message names the op, dtype, statistic, threshold, the worst element's index
     and its actual/expected values, and how unlikely that error is for a correct kernel.
+
+    Parameters
+    ----------
+    actual, expected : array_like
+        As in :func:`check`.
+    msg : str, optional
+        Text put before the explanation.
+    **kwargs
+        The keyword arguments of :func:`check` (``op``, ``dtype`` and ``table`` required;
+        ``hardware``, ``covariates``, ``allow_nan``, ``hardware_policy``, ``magnitude``):
+        one definition of what a check takes, so the two never differ.
 
     Returns
     -------
@@ -230,14 +230,27 @@ def assert_close(
     ------
     AssertionError
         The check failed.
+    TypeError
+        A keyword :func:`check` does not take (named), or a required one missing.
     """
     __tracebackhide__ = True  # pytest: show the caller's line and the message, not this frame
-    r = check(actual, expected, op=op, dtype=dtype, table=table, hardware=hardware, covariates=covariates,
-              allow_nan=allow_nan, hardware_policy=hardware_policy, magnitude=magnitude)
+    unknown = sorted(set(kwargs) - _CHECK_KEYWORDS)
+    if unknown:
+        raise TypeError(f"assert_close got unexpected keyword argument(s) {unknown}; it takes msg= and the "
+                        f"keywords of check: {sorted(_CHECK_KEYWORDS)}")
+    missing = sorted(k for k in ("op", "dtype", "table") if k not in kwargs)
+    if missing:
+        raise TypeError(f"assert_close needs the keyword argument(s) {missing} (as check does)")
+    r = check(actual, expected, **kwargs)
     if not r.passed:
         text = r.message()
         raise AssertionError(f"{msg}\n{text}" if msg else text)
     return r
+
+
+#: the keyword arguments of :func:`check`, which :func:`assert_close` forwards
+_CHECK_KEYWORDS = frozenset(name for name, p in inspect.signature(check).parameters.items()
+                            if p.kind is inspect.Parameter.KEYWORD_ONLY)
 
 
 def check_runs(errors: Any, table: ToleranceTable, *, hardware_policy: str | None = None) -> np.ndarray:

@@ -7,4 +7,4 @@ DLPack bridge. numpy and numba only: nothing here knows of xarray or of error da
 
 from tolstat._base.lazy import namespace as _namespace
 
-__getattr__, __dir__ = _namespace(__name__, ("metrics", "noise", "fused", "dlpack"))
+__getattr__, __dir__ = _namespace(__name__, ("metrics", "invariants", "noise", "fused", "dlpack"))

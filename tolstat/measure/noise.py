@@ -19,7 +19,7 @@ This module turns that into one per-element **noise scale**
 and reduces the **normalised error** ``z_i = d_i / s_i`` (``d = actual - expected`` in
 float64) of one run to a handful of statistics (:func:`run_statistics`): the maximum, the
 RMS, the mean, a normalised signed mean, the fraction beyond ``k``, per-row versions for
-row-wise operators and operator invariants (:func:`register_invariant`). The statistics
+row-wise operators and operator invariants (:func:`tolstat.measure.invariants.register_invariant`). The statistics
 are in units of expected rounding noise, so they are comparable across operators and
 dtypes; no constant is fitted here (a global factor is absorbed by whatever threshold is
 calibrated on them).
@@ -62,22 +62,25 @@ True
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from tolstat.measure.invariants import _proj_stat, _rows, invariant_values, invariants
 from tolstat._base.dtypes import target_dtype, unit_roundoff
 
 __all__ = [
     "FRAC_K",
     "STATISTICS",
-    "invariants",
     "noise_scale",
     "record_statistic_names",
     "record_statistics",
-    "register_invariant",
     "run_statistics",
+    "NoiseShape",
+    "PLAIN_SHAPE",
+    "MID_SHAPE",
     "score_statistic_names",
     "statistic_names",
 ]
@@ -85,6 +88,43 @@ __all__ = [
 
 #: default ``k`` of ``op_frac`` (fraction of elements with ``|z_i| > k``)
 FRAC_K = 1.0
+
+
+@dataclass(frozen=True)
+class NoiseShape:
+    """The constants of the operator noise model and of its statistics.
+
+    Attributes
+    ----------
+    c_out, c_acc : float, default 1
+        Weights of the output-rounding and accumulation terms of :func:`noise_scale`.
+        The half-ULP property needs ``c_out >= 1``.
+    c_mid : float, default 0
+        Weight of the optional intermediate-store term ``c_mid * u_out * m_i / sqrt(K)``:
+        one rounding to the *output* format of an intermediate value of the size of a
+        typical partial sum (kernels that store partial results in the output format:
+        split-K with atomic adds, attention probabilities cast to the output format for
+        the second product, scans that store block totals). ``MID_SHAPE`` has ``c_mid = 1``.
+    frac_k : float, default ``FRAC_K``
+        Threshold of ``op_frac`` (the fraction of elements with ``|z_i| > frac_k``).
+    """
+
+    c_out: float = 1.0
+    c_acc: float = 1.0
+    c_mid: float = 0.0
+    frac_k: float = FRAC_K
+
+    def __post_init__(self) -> None:
+        for name in ("c_out", "c_acc", "c_mid", "frac_k"):
+            object.__setattr__(self, name, _check_pos(f"NoiseShape.{name}", getattr(self, name)))
+
+
+def _shape(shape: "NoiseShape | None") -> "NoiseShape":
+    if shape is None:
+        return PLAIN_SHAPE
+    if not isinstance(shape, NoiseShape):
+        raise TypeError(f"shape must be a NoiseShape, got {type(shape).__name__}")
+    return shape
 
 #: per-run statistics produced by :func:`run_statistics`: name -> description
 STATISTICS: dict[str, str] = {
@@ -116,6 +156,11 @@ def _check_pos(name: str, v: float) -> float:
     return float(v)
 
 
+#: the plain operator model and the model with the intermediate-store term
+PLAIN_SHAPE = NoiseShape()
+MID_SHAPE = NoiseShape(c_mid=1.0)
+
+
 def noise_scale(
     expected: Any,
     *,
@@ -123,9 +168,7 @@ def noise_scale(
     magnitude: Any = None,
     K: float = 1.0,
     acc_dtype: Any = "float32",
-    c_out: float = 1.0,
-    c_acc: float = 1.0,
-    c_mid: float = 0.0,
+    shape: NoiseShape | None = None,
 ) -> np.ndarray:
     """Per-element noise scale ``s_i`` of the operator model (module docstring).
 
@@ -142,14 +185,9 @@ def noise_scale(
         Reduction length (1 for pointwise ops).
     acc_dtype : str or dtype, default "float32"
         Accumulation format (``u_acc``).
-    c_out, c_acc : float, default 1
-        Weights of the two terms. The half-ULP property needs ``c_out >= 1``.
-    c_mid : float, default 0
-        Weight of an optional third term ``c_mid * u_out * m_i / sqrt(K)``: one rounding
-        to the *output* format of an intermediate value of the size of a typical
-        partial sum (kernels that store partial results in the output format: split-K
-        with atomic adds, attention probabilities cast to the output format for the
-        second product, scans that store block totals).
+    shape : NoiseShape, optional
+        The weights ``c_out``, ``c_acc`` and ``c_mid`` of the terms (default
+        ``NoiseShape()``: 1, 1 and 0).
 
     Returns
     -------
@@ -161,9 +199,8 @@ def noise_scale(
     u_out = unit_roundoff(td.name)
     u_acc = unit_roundoff(acc_dtype)
     K = _check_pos("K", K)
-    c_out = _check_pos("c_out", c_out)
-    c_acc = _check_pos("c_acc", c_acc)
-    c_mid = _check_pos("c_mid", c_mid)
+    sh = _shape(shape)
+    c_out, c_acc, c_mid = sh.c_out, sh.c_acc, sh.c_mid
     aref = np.abs(ref)
     if magnitude is None:
         m = aref
@@ -184,120 +221,6 @@ def noise_scale(
     return s
 
 
-# ----------------------------------------------------------------------- invariants
-InvariantFn = Callable[[np.ndarray, np.ndarray, np.ndarray], float]
-_INVARIANTS: dict[str, dict[str, InvariantFn]] = {}
-
-
-def register_invariant(op: str, name: str, fn: InvariantFn, *, replace: bool = False) -> None:
-    """Register an operator invariant, computed by :func:`run_statistics` for ``op``.
-
-    Parameters
-    ----------
-    op : str
-        Operator name (as passed to ``run_statistics(op=...)``).
-    name : str
-        Statistic name; stored as ``inv_<name>``. Letters, digits and ``_`` only.
-    fn : callable
-        ``fn(actual, expected, scale) -> float``: float64 arrays of the same shape, rows
-        along the last axis, ``scale`` the noise scale ``s_i``. It returns a nonnegative
-        statistic in units of rounding noise (0 when the invariant holds exactly; large
-        when it is violated). A non-finite output that differs from its reference never
-        reaches it (the statistics are ``inf`` then); a matched non-finite pair (equal
-        infinities, or NaN in both) does, and is exact (``inf - inf`` is NaN there; it is
-        called with invalid-operation warnings silenced).
-    replace : bool, default False
-        Allow replacing an invariant of the same name.
-
-    Raises
-    ------
-    ValueError
-        Bad name, or the name is taken and ``replace`` is False.
-    TypeError
-        ``fn`` is not callable.
-    """
-    if not isinstance(op, str) or not op:
-        raise ValueError(f"op must be a non-empty string, got {op!r}")
-    if not isinstance(name, str) or not name.replace("_", "").isalnum():
-        raise ValueError(f"invariant name must be letters, digits and '_', got {name!r}")
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    table = _INVARIANTS.setdefault(op, {})
-    if name in table and not replace:
-        raise ValueError(f"invariant {name!r} of op {op!r} is already registered (replace=True)")
-    table[name] = fn
-
-
-def invariants(op: str | None) -> dict[str, InvariantFn]:
-    """The invariants registered for an op (name -> function; empty if none)."""
-    return dict(_INVARIANTS.get(op or "", {}))
-
-
-def _rows(x: np.ndarray) -> np.ndarray:
-    return x.reshape(-1, x.shape[-1]) if x.ndim else x.reshape(1, 1)
-
-
-def _proj_stat(d: np.ndarray, s: np.ndarray, w: np.ndarray | None = None) -> float:
-    """max over rows |sum_j w_j d_j| / sqrt(sum_j w_j^2 s_j^2): a matched filter
-    (``w = None``: all ones). Entries where ``d`` is not finite (a matched non-finite pair,
-    ``inf - inf`` or ``nan - nan``: exact) do not contribute."""
-    d, s = _rows(d), _rows(s)
-    w = None if w is None else _rows(w)
-    ok = np.isfinite(d)
-    if not ok.all():
-        d, s = np.where(ok, d, 0.0), np.where(ok, s, 0.0)
-        w = None if w is None else np.where(ok, w, 0.0)
-    if w is None:
-        num = np.abs(d.sum(-1))
-        den = np.sqrt(np.einsum("ij,ij->i", s, s))
-    else:
-        num = np.abs(np.einsum("ij,ij->i", w, d))
-        ws = w * s
-        den = np.sqrt(np.einsum("ij,ij->i", ws, ws))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        t = np.where(num == 0, 0.0, num / den)
-    return float(t.max()) if t.size else 0.0
-
-
-def _inv_softmax_row_sum(a, e, s):
-    """Rows of a softmax sum to 1: |sum_j a_j - sum_j e_j| in units of sqrt(sum s_j^2)."""
-    return _proj_stat(a - e, s)
-
-
-def _inv_masked_zero(a, e, s):
-    """Masked (exactly zero probability) positions stay exactly zero: count of violations."""
-    return float(np.count_nonzero((e == 0) & (a != 0)))
-
-
-def _inv_log_softmax_lse(a, e, s):
-    """exp of a log-softmax row sums to 1: sum_j p_j d_j in units of sqrt(sum p_j^2 s_j^2)."""
-    return _proj_stat(a - e, s, np.exp(e))
-
-
-def _inv_row_mean(a, e, s):
-    """A normalised row keeps the reference row's mean (mean 0 before the affine step)."""
-    return _proj_stat(a - e, s)
-
-
-def _inv_row_scale_centred(a, e, s):
-    """A normalised row keeps the reference row's spread: projection of d on ref - mean."""
-    r = _rows(e)
-    return _proj_stat(a - e, s, r - r.mean(-1, keepdims=True))
-
-
-def _inv_row_scale(a, e, s):
-    """An RMS-normalised row keeps the reference row's scale: projection of d on ref."""
-    return _proj_stat(a - e, s, e)
-
-
-register_invariant("softmax", "row_sum", _inv_softmax_row_sum)
-register_invariant("softmax", "masked_zero", _inv_masked_zero)
-register_invariant("log_softmax", "row_lse", _inv_log_softmax_lse)
-register_invariant("layer_norm", "row_mean", _inv_row_mean)
-register_invariant("layer_norm", "row_scale", _inv_row_scale_centred)
-register_invariant("rms_norm", "row_scale", _inv_row_scale)
-
-
 def statistic_names(op: str | None = None) -> list[str]:
     """Names of the statistics :func:`run_statistics` returns for ``op``."""
     return list(STATISTICS) + [f"inv_{k}" for k in invariants(op)]
@@ -315,10 +238,7 @@ def run_statistics(
     row_axis: int = -1,
     rowwise: bool = False,
     op: str | None = None,
-    frac_k: float = FRAC_K,
-    c_out: float = 1.0,
-    c_acc: float = 1.0,
-    c_mid: float = 0.0,
+    shape: NoiseShape | None = None,
 ) -> dict[str, float]:
     """Whole-output statistics of the normalised error of one run.
 
@@ -333,17 +253,18 @@ def run_statistics(
         the same shape.
     dtype : str or dtype
         Output format.
-    magnitude, K, acc_dtype, c_out, c_acc, c_mid
+    magnitude, K, acc_dtype
         See :func:`noise_scale`.
     row_axis : int, default -1
         Axis along which a row runs (row-wise ops).
     rowwise : bool, default False
         Compute the per-row statistics (``op_row_*``); NaN otherwise.
     op : str, optional
-        Operator name: its registered invariants (:func:`register_invariant`) are added
+        Operator name: its registered invariants (:func:`~tolstat.measure.invariants.register_invariant`) are added
         as ``inv_<name>``.
-    frac_k : float, default ``FRAC_K``
-        Threshold of ``op_frac``.
+    shape : NoiseShape, optional
+        The weights of :func:`noise_scale`'s terms and the threshold ``frac_k`` of
+        ``op_frac`` (default ``NoiseShape()``).
 
     Returns
     -------
@@ -362,12 +283,12 @@ def run_statistics(
     e = _f64(expected, "expected")
     if a.shape != e.shape:
         raise ValueError(f"actual has shape {a.shape} but expected has shape {e.shape}")
-    frac_k = _check_pos("frac_k", frac_k)
+    sh = _shape(shape)
+    frac_k = sh.frac_k
     if rowwise and a.ndim and (not isinstance(row_axis, (int, np.integer))
                                or not -a.ndim <= row_axis < a.ndim):
         raise ValueError(f"row_axis {row_axis!r} is not an axis of a {a.ndim}-d output")
-    s = noise_scale(e, dtype=dtype, magnitude=magnitude, K=K, acc_dtype=acc_dtype,
-                    c_out=c_out, c_acc=c_acc, c_mid=c_mid)
+    s = noise_scale(e, dtype=dtype, magnitude=magnitude, K=K, acc_dtype=acc_dtype, shape=sh)
     names = statistic_names(op)
     inv = invariants(op)
     out: dict[str, float] = {}
@@ -407,7 +328,7 @@ def run_statistics(
     else:
         out["op_row_rms_max"] = out["op_row_rms_mean"] = out["op_row_bias_max"] = math.nan
     if inv:
-        out.update(_invariant_values(a, e, s, finite, row_axis, inv, op))
+        out.update(invariant_values(a, e, s, finite, row_axis, inv, op))
     return out
 
 
@@ -434,22 +355,6 @@ def rounded_reference(expected: np.ndarray, dtype: Any) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         r = expected.astype(td.np_dtype).astype(np.float64)
     return np.where(np.isfinite(r), r, expected)
-
-
-def _invariant_values(a: np.ndarray, e: np.ndarray, s: np.ndarray, finite: np.ndarray, row_axis: int,
-                      inv: dict[str, InvariantFn], op: str | None) -> dict[str, float]:
-    """``inv_<name>`` of each invariant (``s`` already 1 where ``finite`` is False)."""
-    out: dict[str, float] = {}
-    am, em, sm = (np.moveaxis(x, row_axis, -1) if x.ndim else x for x in (a, e, s))
-    if not finite.all():
-        am = np.where(np.moveaxis(finite, row_axis, -1) if finite.ndim else finite, am, em)
-    for k, fn in inv.items():
-        with np.errstate(invalid="ignore"):  # inf - inf of a matched non-finite pair
-            v = float(fn(am, em, sm))
-        if not (v >= 0):  # NaN or negative
-            raise ValueError(f"invariant {k!r} of op {op!r} returned {v!r}; it must be >= 0")
-        out[f"inv_{k}"] = v
-    return out
 
 
 #: suffix of the statistics computed with the intermediate-store term (``c_mid = 1``)
@@ -499,7 +404,7 @@ def record_statistics(
     if fast is not None:
         return fast
     out = run_statistics(actual, expected, **kw)
-    mid = run_statistics(actual, expected, c_mid=1.0, **kw)
+    mid = run_statistics(actual, expected, shape=MID_SHAPE, **kw)
     out.update({k + MID_SUFFIX: v for k, v in mid.items()})
     return out
 
@@ -531,8 +436,9 @@ def _record_fused(actual: Any, expected: Any, *, dtype: Any, magnitude: Any, K: 
     rn = rounded_reference(e, td.name)
     moved = [np.moveaxis(x, row_axis, -1) if rows else x for x in (a, e, rn, m) if x is not None]
     st, bad = op_statistics(moved[0], moved[1], moved[3] if m is not None else None, rounded=moved[2],
-                            A=1.0 * u_out, B=1.0 * u_acc * math.sqrt(k),
-                            C=1.0 * u_out / math.sqrt(max(k, 1.0)), D=u_out * td.tiny, frac_k=FRAC_K,
+                            A=PLAIN_SHAPE.c_out * u_out, B=PLAIN_SHAPE.c_acc * u_acc * math.sqrt(k),
+                            C=MID_SHAPE.c_mid * u_out / math.sqrt(max(k, 1.0)), D=u_out * td.tiny,
+                            frac_k=PLAIN_SHAPE.frac_k,
                             rowlen=a.shape[row_axis] if rows else None)
     names = statistic_names(op)
     inv = invariants(op)
@@ -552,12 +458,13 @@ def _record_fused(actual: Any, expected: Any, *, dtype: Any, magnitude: Any, K: 
         else:
             vals.update(op_row_rms_max=math.nan, op_row_rms_mean=math.nan, op_row_bias_max=math.nan)
         if inv:
-            s = noise_scale(e, dtype=dtype, magnitude=magnitude, K=K, acc_dtype=acc_dtype, c_mid=float(j))
+            s = noise_scale(e, dtype=dtype, magnitude=magnitude, K=K, acc_dtype=acc_dtype,
+                            shape=MID_SHAPE if j else PLAIN_SHAPE)
             with np.errstate(invalid="ignore", over="ignore"):
                 finite = np.isfinite(a - e) & np.isfinite(s)
             if not finite.all():
                 s = np.where(finite, s, 1.0)
-            vals.update(_invariant_values(a, e, s, finite, row_axis, inv, op))
+            vals.update(invariant_values(a, e, s, finite, row_axis, inv, op))
         out.update({nm + suffix: vals[nm] for nm in names})
     return out
 

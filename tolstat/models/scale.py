@@ -39,10 +39,11 @@ linear-programming solver :func:`quantreg_lp` is provided and checked against it
 
 from __future__ import annotations
 
+import math
 import warnings
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -266,15 +267,16 @@ class ScaleOptions:
         object.__setattr__(self, "power", tuple(self.power))
         unit_interval("ScaleOptions.quantile", self.quantile)
         if self.solver not in ("statsmodels", "lp"):
-            raise ValueError(f"solver must be 'statsmodels' or 'lp', got {self.solver!r}")
+            raise ValueError(f"ScaleOptions.solver must be 'statsmodels' or 'lp', got {self.solver!r}")
+        if isinstance(self.max_points, bool) or not isinstance(self.max_points, (int, np.integer)) \
+                or self.max_points < 10:
+            raise ValueError(f"ScaleOptions.max_points must be an integer >= 10, got {self.max_points!r}")
+        if not (isinstance(self.floor, (int, float, np.floating)) and math.isfinite(self.floor) and self.floor >= 0):
+            raise ValueError(f"ScaleOptions.floor must be finite and >= 0, got {self.floor!r}")
 
     def fit(self, ds: Any, form: str, *, seed: int = 0) -> "ScaleModel":
         """:func:`fit_scale` of one group with these settings."""
-        normalised = form == "normalised"
-        return fit_scale(ds, form, quantile=self.quantile, size_covariate=self.size_covariate,
-                         linear=self.linear if normalised else (), power=self.power if normalised else (),
-                         baseline=self.baseline, floor=self.floor, max_points=self.max_points,
-                         solver=self.solver, seed=seed)
+        return fit_scale(ds, form, self, seed=seed)
 
     def to_dict(self) -> dict[str, Any]:
         """Provenance form: the field names and values (``ScaleOptions(**d)`` rebuilds it)."""
@@ -434,20 +436,7 @@ def _element_subsample(ds: Any, max_points: int, rng: np.random.Generator
     return np.concatenate(out_a), np.concatenate(out_r), np.concatenate(out_rows)
 
 
-def fit_scale(
-    ds: Any,
-    form: str,
-    *,
-    quantile: float = 0.99,
-    size_covariate: str | None = None,
-    linear: Sequence[str] = (),
-    power: Sequence[str] = (),
-    baseline: str = "baseline_max_abs",
-    floor: float = 1.0,
-    max_points: int = 20000,
-    solver: str = "statsmodels",
-    seed: int = 0,
-) -> ScaleModel:
+def fit_scale(ds: Any, form: str, options: "ScaleOptions | None" = None, *, seed: int = 0) -> ScaleModel:
     """Fit a noise-scale model to the runs of one group of an error dataset.
 
     Parameters
@@ -456,35 +445,28 @@ def fit_scale(
         An error dataset holding the runs of one (op, dtype, hardware) group.
     form : {"allclose", "size_aware", "normalised", "baseline"}
         Model form (module docstring).
-    quantile : float, default 0.99
-        Quantile of the element error the coefficients are fitted at. Only the *shape*
-        of ``s`` depends on it: the threshold is calibrated on the run score afterwards.
-    size_covariate : str, optional
-        The size covariate of ``size_aware`` (default ``"K"`` if the dataset has it, else
-        ``"n_elements"``).
-    linear, power : sequence of str
-        Run covariates of the ``normalised`` form.
-    baseline, floor : str, float
-        ``baseline`` form: covariate with the baseline's max error and the floor
-        (``floor * eps * ref_rms``) used where the baseline error is 0.
-    max_points : int
-        Element samples used for the quantile regression (a seeded subsample spread
-        over runs).
-    solver : {"statsmodels", "lp"}
-        Quantile regression solver.
+    options : ScaleOptions, optional
+        The fit's settings (:class:`ScaleOptions`): the element-error quantile the
+        coefficients are fitted at (only the *shape* of ``s`` depends on it: the
+        threshold is calibrated on the run score afterwards), the size covariate of
+        ``size_aware``, the run covariates of ``normalised`` (``linear``/``power``, used by
+        that form only), the covariate and floor of ``baseline``, the element samples of
+        the quantile regression and its solver. Default ``ScaleOptions()``.
     seed : int
-        Seed of the subsample.
+        Seed of the element subsample (spread over runs).
 
     Returns
     -------
     ScaleModel
     """
+    opts = ScaleOptions() if options is None else options
+    if not isinstance(opts, ScaleOptions):
+        raise TypeError(f"options must be a ScaleOptions, got {type(opts).__name__}")
+    quantile, size_covariate, baseline, floor = opts.quantile, opts.size_covariate, opts.baseline, opts.floor
+    max_points, solver = opts.max_points, opts.solver
+    linear, power = (opts.linear, opts.power) if form == "normalised" else ((), ())
     if form not in FORMS:
         raise ValueError(f"form must be one of {FORMS}, got {form!r}")
-    unit_interval("quantile", quantile)
-    if form != "normalised" and (tuple(linear) or tuple(power)):
-        raise ValueError(f"linear/power covariates are chosen by the normalised form only; form={form!r} got "
-                         f"linear={tuple(linear)!r}, power={tuple(power)!r}")
     dtype = str(ds["dtype"].values[0])
     eps = target_dtype(dtype).eps
     if form == "baseline":
@@ -571,7 +553,7 @@ def run_scores(ds: Any, model: ScaleModel | None, statistic: str = "max_abs") ->
     -------
     RunScores
         ``scores`` (one per run, ``inf`` for runs with non-finite output) and
-        ``n_inexact`` (runs whose score may be a lower bound); unpacks as a pair.
+        ``n_inexact`` (runs whose score may be a lower bound).
     """
     if model is None:
         if statistic not in MAX_STATISTICS:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -96,15 +96,10 @@ class RunScores:
     n_inexact : int
         Runs whose score may be a lower bound (a truncated Pareto front whose sample
         could not hold the whole convex hull; none in datasets written by this version).
-
-    Unpacks as ``scores, n_inexact = run_scores(...)``.
     """
 
     scores: np.ndarray
     n_inexact: int = 0
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter((self.scores, self.n_inexact))
 
 
 # --------------------------------------------------------------------------- definitions
@@ -218,7 +213,7 @@ def dataset_op_statistics(ds: Any, names: Any) -> dict[str, np.ndarray]:
     """The operator statistics ``names`` of every run, correctly rounded runs set to 0."""
     missing = [k for k in names if k not in ds]
     if missing:
-        raise ValueError(f"the error dataset lacks the operator statistics {missing} (collect with magnitude=...)")
+        raise ValueError(f"the error dataset lacks the operator statistics {missing} (collect with options=CollectOptions(magnitude=...))")
     cr = correctly_rounded(ds["max_ulp"].values)
     return {k: np.where(cr, 0.0, np.asarray(ds[k].values, dtype=np.float64)) for k in names}
 

@@ -18,7 +18,7 @@ from tolstat.dataset.schema import GROUP_DIMS
 from tolstat.models.estimators import bootstrap as _bs
 from tolstat.models.estimators import evt as _evt
 from tolstat.models.estimators import orderstat as _os
-from tolstat.models.estimators import quantile as _q
+from tolstat.models.estimators import quantiles as _q
 from tolstat._base import numba_cache as _numba_cache
 
 _numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package

@@ -38,7 +38,7 @@ from scipy import special
 
 from tolstat._base.validate import unit_interval as _unit
 from tolstat.models.estimators.evt import _gpd_mle_core, _pot_core, _return_level
-from tolstat.models.estimators.quantile import QUANTILE_METHODS, quantile as _quantile
+from tolstat.models.estimators.quantiles import QUANTILE_METHODS, quantile as _quantile
 from tolstat._base import numba_cache as _numba_cache
 
 _numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package

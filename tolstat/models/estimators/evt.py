@@ -52,8 +52,8 @@ import numpy as np
 from numba import njit, prange
 
 from tolstat._base.validate import unit_interval as _unit
-from tolstat.models.estimators import quantile as _q
-from tolstat.models.estimators.quantile import (
+from tolstat.models.estimators import quantiles as _q
+from tolstat.models.estimators.quantiles import (
     _ABS,
     _INF_BITS,
     _RADIX_MASK,

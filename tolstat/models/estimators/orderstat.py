@@ -1,7 +1,7 @@
 """Distribution-free upper bounds from order statistics (binomial rule, split conformal).
 
 Both bounds are an order statistic ``X_(r)`` (the r-th smallest) of each group, found by
-selection (:func:`tolstat.models.estimators.quantile.kth_smallest_groups`). Only the rank
+selection (:func:`tolstat.models.estimators.quantiles.kth_smallest_groups`). Only the rank
 depends on the method:
 
 * **order statistic** (Wilks): the smallest ``r`` with ``binom.cdf(r - 1, n, p) >= gamma``,
@@ -24,7 +24,7 @@ import numpy as np
 from scipy import stats
 
 from tolstat._base.validate import unit_interval as _unit
-from tolstat.models.estimators.quantile import kth_smallest_groups
+from tolstat.models.estimators.quantiles import kth_smallest_groups
 
 __all__ = [
     "order_statistic_rank",
