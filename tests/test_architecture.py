@@ -200,6 +200,45 @@ def test_functions_are_short():
     assert not long, f"functions over {MAX_FUNCTION_LINES} lines (docstring excluded):\n" + "\n".join(long)
 
 
+MAX_PARAMETERS = 10
+
+
+def _n_parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef, method: bool) -> int:
+    a = fn.args
+    n = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + (a.vararg is not None) + (a.kwarg is not None)
+    return n - (1 if method and (a.posonlyargs or a.args) else 0)
+
+
+def _public_functions(tree: ast.Module):
+    """Module-level public functions and the public methods of public classes."""
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+            yield node.name, node, False
+        elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+            for f in node.body:
+                if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and not f.name.startswith("_"):
+                    yield f"{node.name}.{f.name}", f, True
+
+
+def test_no_public_function_takes_more_than_ten_parameters():
+    """Long parameter lists are option objects (e.g. SelectOptions, CollectOptions, CertifyOptions)."""
+    long = []
+    for mod, path in _modules().items():
+        if any(part.startswith("_") for part in mod.split(".")[1:]):
+            continue  # private modules
+        for name, fn, method in _public_functions(ast.parse(path.read_text(encoding="utf-8"))):
+            if _n_parameters(fn, method) > MAX_PARAMETERS:
+                long.append(f"{mod}.{name}: {_n_parameters(fn, method)} parameters")
+    assert not long, f"public functions over {MAX_PARAMETERS} parameters:\n" + "\n".join(long)
+
+
+def test_parameter_count_counts_every_kind_and_drops_self():
+    f = ast.parse("def f(a, /, b, *c, d, **e): pass").body[0]
+    assert _n_parameters(f, False) == 5
+    m = ast.parse("def m(self, x, *, y): pass").body[0]
+    assert _n_parameters(m, True) == 2
+
+
 def test_length_counts_code_not_docstring():
     fn = ast.parse('def f():\n    """doc\n\n    more"""\n    x = 1\n    return x\n').body[0]
     assert _length(fn) == 3
