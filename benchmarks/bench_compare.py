@@ -50,7 +50,7 @@ def _template(sample: int):
     e = rng.standard_normal(sample)
     a = (e + 1e-3 * rng.standard_normal(sample)).astype(np.float16)
     return tolstat.from_pairs([(a, e)], op="matmul", dtype="float16", hardware="cpu:bench",
-                              sample_size=sample, progress=False)
+                              options=tolstat.CollectOptions(sample_size=sample, progress=False))
 
 
 def _block(kind: str, loc: int, n: int, sample: int, seed: int, dts: np.ndarray) -> dict:

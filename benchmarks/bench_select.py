@@ -41,7 +41,7 @@ def dataset(runs: int, groups: int, seed: int = 0):
         e = x.sum(axis=1) / 4
         a = (x.astype(np.float16).sum(axis=1, dtype=np.float16) / np.float16(4)).astype(np.float16)
         pairs.append((a, e, np.abs(x).sum(axis=1) / 4))
-    base = tolstat.from_pairs(pairs, op="rowsum", dtype="float16", sample_size=8, progress=False)
+    base = tolstat.from_pairs(pairs, op="rowsum", dtype="float16", options=tolstat.CollectOptions(sample_size=8, progress=False))
     idx = np.tile(np.arange(base.sizes["run"]), -(-runs // base.sizes["run"]))[:runs]
     ds = base.isel(run=idx)
     jit = lambda: rng.uniform(0.9, 1.1, runs)  # noqa: E731

@@ -330,7 +330,7 @@ def run(argv: list[str] | None = None) -> dict[str, Any]:
             t1 = time.perf_counter()
             if pairs:
                 parts.append(tolstat.from_pairs(pairs, op=op, dtype=dt, hardware=hardware, seed=a.seed,
-                                                sample_size=a.sample_size, progress=False))
+                                                options=tolstat.CollectOptions(sample_size=a.sample_size, progress=False)))
             t2 = time.perf_counter()
             timings[f"{op}/{dt}"] = {"runs": len(pairs), "kernels_and_refs_s": round(t1 - t0, 3),
                                      "metrics_s": round(t2 - t1, 3)}

@@ -410,7 +410,7 @@ def build_errors(pairs: Sequence[Pair], family: Family, path: str) -> Any:
         item = ((p.actual, p.expected, p.magnitude, lab, p.covariates) if path == "operator"
                 else (p.actual, p.expected, lab, p.covariates))
         by_op.setdefault(p.op, []).append(item)
-    parts = [tolstat.from_pairs(items, op=op, dtype=family.dtype, hardware=HARDWARE, progress=False)
+    parts = [tolstat.from_pairs(items, op=op, dtype=family.dtype, hardware=HARDWARE, options=tolstat.CollectOptions(progress=False))
              for op, items in by_op.items()]
     return parts[0] if len(parts) == 1 else tolstat.concat(parts)
 

@@ -277,8 +277,7 @@ def test_lookup_order_exact_before_star_before_default_op():
 def _ds():
     rng = np.random.default_rng(0)
     pairs = [(rng.standard_normal(8).astype(np.float16), rng.standard_normal(8)) for _ in range(3)]
-    return tolstat.from_pairs(pairs, op="a", dtype="float16", hardware="cpu", labels={"variant": "x"},
-                              sample_size=4)
+    return tolstat.from_pairs(pairs, op="a", dtype="float16", hardware="cpu", options=tolstat.CollectOptions(labels={"variant": "x"}, sample_size=4))
 
 
 def test_validate_sample_range():

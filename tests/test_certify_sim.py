@@ -19,6 +19,7 @@ from _certify_sim import check_cell, grid, run_cell, table  # noqa: E402
 
 
 @pytest.mark.parametrize("cell", grid(full=False), ids=lambda c: f"{c[0]}-n{c[1]}-g{c[2]}-a{c[3]:g}-j{c[4]}")
+@pytest.mark.slow
 def test_coverage_default_subset(cell):
     f, n, g, b, j, r = cell
     c = run_cell(f, n, b, n_stats=j, groups=g, repeats=r)
@@ -27,6 +28,7 @@ def test_coverage_default_subset(cell):
 
 
 @pytest.mark.parametrize("n_stats", [1, 2])
+@pytest.mark.slow
 def test_ten_groups_of_thirty_exchangeable_all_get_thresholds(n_stats):
     """10 groups x 30 runs, exchangeable scores: no group refused (up to the test's level)."""
     c = run_cell("scale mixture (0.5/1/2)", 30, 1e-2, groups=10, repeats=100, n_stats=n_stats)

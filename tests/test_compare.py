@@ -31,7 +31,7 @@ def _pairs(rng, n_cases, *, offset=0.0, scale=1e-3, case0=0, kind="correct"):
 
 
 def _ds(pairs, op="x"):
-    return tolstat.from_pairs(pairs, op=op, dtype="float64", hardware="cpu", sample_size=8, progress=False)
+    return tolstat.from_pairs(pairs, op=op, dtype="float64", hardware="cpu", options=tolstat.CollectOptions(sample_size=8, progress=False))
 
 
 @pytest.fixture(scope="module")
@@ -292,7 +292,7 @@ def test_dataset_scores_equal_check_on_raw_outputs(options):
         return out
 
     def ds(p):
-        return tolstat.from_pairs(p, op="mm", dtype="float16", hardware="cpu", progress=False)
+        return tolstat.from_pairs(p, op="mm", dtype="float16", hardware="cpu", options=tolstat.CollectOptions(progress=False))
 
     cal, test_pairs = pairs(400), pairs(40)
     fitted = SelectRule("t", **options).fit(ds(cal), budget=0.05, confidence=0.9, by=("op", "dtype", "hardware"))

@@ -28,7 +28,7 @@ def stored(tmp_path_factory):
                               labels={"kind": "x"})
 
     parts = [tolstat.collect(_kernel, _ref, make, op=op, dtype=dt, runs=300, hardware="h",
-                             sample_size=64, seed=i, progress=False)
+                             options=tolstat.CollectOptions(sample_size=64, progress=False), seed=i)
              for i, (op, dt) in enumerate([("mul3", "fp16"), ("mul3b", "fp16")])]
     ds = tolstat.concat(parts)
     path = tmp_path_factory.mktemp("dask") / "errors.zarr"
@@ -44,10 +44,9 @@ def test_select_on_dask_equals_in_memory(stored, chunk, form):
         warnings.simplefilter("ignore", UserWarning)  # chunks splitting stored chunks
         lazy = tolstat.open_errors(path, chunks={"run": chunk})
     assert lazy.sample_abs.chunks is not None
-    a = tolstat.select(ds, fp_budget=0.02, form=form,
-                       scale=tolstat.models.ScaleOptions(size_covariate="n_elements" if form else None))
-    b = tolstat.select(lazy, fp_budget=0.02, form=form,
-                       scale=tolstat.models.ScaleOptions(size_covariate="n_elements" if form else None))
+    opts = tolstat.SelectOptions(scale=tolstat.models.ScaleOptions(size_covariate="n_elements" if form else None))
+    a = tolstat.select(ds, fp_budget=0.02, form=form, options=opts)
+    b = tolstat.select(lazy, fp_budget=0.02, form=form, options=opts)
     da, db = a.data.copy(), b.data.copy()
     da.attrs.pop("provenance"), db.attrs.pop("provenance")  # creation time differs
     xr.testing.assert_identical(da, db)
@@ -73,13 +72,13 @@ def test_run_scores_blockwise_equals_whole(stored, monkeypatch):
 
     ds, path = stored
     model = scale.fit_scale(ds.isel(run=slice(0, 300)), "allclose")
-    whole, _ = scale.run_scores(ds, model)
+    whole = scale.run_scores(ds, model).scores
     monkeypatch.setattr(statistics, "RUN_BLOCK", 7)
     assert len(statistics.run_blocks(ds.sizes["run"])) == -(-ds.sizes["run"] // 7)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         lazy = tolstat.open_errors(path, chunks={"run": 50})
-    blocks, _ = scale.run_scores(lazy, model)
+    blocks = scale.run_scores(lazy, model).scores
     np.testing.assert_array_equal(whole, blocks)
     a, r, rows = scale._element_subsample(lazy, 500, np.random.default_rng(0))
     assert 450 <= a.size <= 550 and rows.max() < ds.sizes["run"]

@@ -33,7 +33,7 @@ def _make(rng):
 @pytest.fixture(scope="module")
 def small_ds():
     return tolstat.collect(_kernel, _reference, _make, op="matmul", dtype="fp16", runs=12,
-                           hardware="test-cpu", seed=3, sample_size=64)
+                           hardware="test-cpu", seed=3, options=tolstat.CollectOptions(sample_size=64))
 
 
 def test_collect_structure(small_ds):
@@ -63,13 +63,13 @@ def test_collect_structure(small_ds):
 
 def test_collect_is_reproducible(small_ds):
     again = tolstat.collect(_kernel, _reference, _make, op="matmul", dtype="fp16", runs=12,
-                            hardware="test-cpu", seed=3, sample_size=64)
+                            hardware="test-cpu", seed=3, options=tolstat.CollectOptions(sample_size=64))
     xr.testing.assert_identical(again.drop_attrs(), small_ds.drop_attrs())
 
 
 def test_groupby_and_select(small_ds):
     other = tolstat.collect(_kernel, _reference, _make, op="gemm", dtype="fp16", runs=5,
-                            hardware="test-cpu", seed=4, sample_size=64)
+                            hardware="test-cpu", seed=4, options=tolstat.CollectOptions(sample_size=64))
     both = tolstat.concat([small_ds, other])
     groups = dict(both.groupby(["op", "dtype", "hardware"]))
     assert len(groups) == 2
@@ -113,12 +113,12 @@ def test_bad_collections():
                         dtype="fp16", runs=1)
     with pytest.raises(ValueError, match="reserved"):
         tolstat.from_pairs([(np.zeros(2, np.float16), np.zeros(2))], op="m", dtype="fp16",
-                           labels={"max_abs": "x"})
+                           options=tolstat.CollectOptions(labels={"max_abs": "x"}))
 
 
 def test_concat_mismatched_labels_raises(small_ds):
     other = tolstat.from_pairs([(np.zeros(2, np.float16), np.zeros(2))], op="m", dtype="fp16",
-                               labels={"variant": "a"})
+                               options=tolstat.CollectOptions(labels={"variant": "a"}))
     with pytest.raises(ValueError, match="mismatched labels"):
         tolstat.concat([small_ds, other])
 
@@ -238,8 +238,8 @@ def test_pareto_front_makes_normalised_max_exact():
     for trial in range(5):
         e = rng.standard_normal(20000) * 10.0 ** rng.integers(-3, 3, 20000)
         a = e.astype(np.float16)
-        ds = tolstat.from_pairs([(a, e)], op="x", dtype="fp16", hardware="h", sample_size=1024,
-                                seed=trial)
+        ds = tolstat.from_pairs([(a, e)], op="x", dtype="fp16", hardware="h", seed=trial,
+                                options=tolstat.CollectOptions(sample_size=1024))
         m = tolstat.error_metrics(a, e)
         s_abs, s_ref = ds.sample_abs.values[0], ds.sample_ref.values[0]
         for atol, rtol in [(1e-5, 1e-3), (1e-3, 0.0), (0.0, 1.0), (1e-8, 1e-2), (1.0, 1e-6)]:
@@ -256,7 +256,7 @@ def test_long_front_keeps_hull_allclose_maxima_exact():
     rng = np.random.default_rng(12)
     e = rng.uniform(0.5, 100.0, 50000) * rng.choice([-1.0, 1.0], 50000)
     a = (e * (1 + 1e-3)).astype(np.float32)  # a scale bug-like error plus float32 rounding
-    ds = tolstat.from_pairs([(a, e)], op="x", dtype="float32", hardware="h", sample_size=512)
+    ds = tolstat.from_pairs([(a, e)], op="x", dtype="float32", hardware="h", options=tolstat.CollectOptions(sample_size=512))
     m = tolstat.error_metrics(a, e)
     assert int(ds.n_frontier[0]) > 256  # the front was truncated
     s_abs, s_ref = ds.sample_abs.values[0], ds.sample_ref.values[0]

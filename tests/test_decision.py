@@ -45,7 +45,7 @@ def _dataset(pairs, op: bool):
         items = [{"actual": o, "expected": r, "magnitude": m, **c} for o, r, m, c in pairs]
     else:
         items = [{"actual": o, "expected": r, **c} for o, r, m, c in pairs]
-    return tolstat.from_pairs(items, op="matmul", dtype="fp16", hardware=HW, progress=False)
+    return tolstat.from_pairs(items, op="matmul", dtype="fp16", hardware=HW, options=tolstat.CollectOptions(progress=False))
 
 
 @pytest.fixture(scope="module")

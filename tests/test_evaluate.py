@@ -19,6 +19,7 @@ def tiny_result():
     return evaluate(cfg, progress=False)
 
 
+@pytest.mark.slow
 def test_evaluate_end_to_end(tiny_result, tmp_path):
     r = tiny_result
     kinds = set(r.checks.kind.values.tolist())
@@ -60,7 +61,7 @@ def test_scores_match_rules(tiny_result):
     assert r.threshold_for("torch defaults", "gelu", "float16") is None  # allclose ratios, not max_abs
     torch_m = next(m for m in r.methods if isinstance(m, StaticRule) and m.name == "torch defaults")
     one = tolstat.from_pairs([(np.float16([1.0, 2.0]), np.array([1.0005, 2.0]))], op="x", dtype="float16",
-                             progress=False)
+                             options=tolstat.CollectOptions(progress=False))
     fitted = torch_m.fit(None, budget=0.1, confidence=0.95, by=("op", "dtype"))
     # |d| = 5e-4 vs atol + rtol*|ref| = 1e-5 + 1e-3*1.0005
     assert fitted.score(one)[0] == pytest.approx(5e-4 / (1e-5 + 1e-3 * 1.0005))

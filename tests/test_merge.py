@@ -25,7 +25,7 @@ def _cal(runs=60, seed=0):
         return tolstat.Inputs(args=(rng.standard_normal(k),), labels={"dist": "normal"}, covariates={"K": k})
 
     return tolstat.collect(_kernel, _ref, make, op="mul3", dtype="float16", runs=runs, hardware="cpu",
-                           progress=False, seed=seed)
+                           options=tolstat.CollectOptions(progress=False), seed=seed)
 
 
 def _records(n=5, seed=1):
@@ -73,10 +73,10 @@ def test_covariate_rule_for_forms():
     # no user covariate needed: all 440 runs are used
     assert tolstat.select(ds, fp_budget=0.05, form="allclose").entry("mul3", "float16").n == 440
     # a form using K needs it on every run of the group
+    by_k = tolstat.SelectOptions(scale=tolstat.models.ScaleOptions(size_covariate="K"))
     with pytest.raises(ValueError, match="covariate 'K'"):
-        tolstat.select(ds, fp_budget=0.05, form="size_aware", scale=tolstat.models.ScaleOptions(size_covariate="K"))
-    t = tolstat.select(runs_with(ds, "K"), fp_budget=0.05, form="size_aware",
-                       scale=tolstat.models.ScaleOptions(size_covariate="K"))
+        tolstat.select(ds, fp_budget=0.05, form="size_aware", options=by_k)
+    t = tolstat.select(runs_with(ds, "K"), fp_budget=0.05, form="size_aware", options=by_k)
     assert t.entry("mul3", "float16").n == 400
     with pytest.raises(ValueError, match="not a covariate"):
         runs_with(ds, "M")

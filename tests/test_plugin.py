@@ -33,7 +33,7 @@ def _ref(x):
 @pytest.fixture(scope="module")
 def cal_data():
     return tolstat.collect(_kernel, _ref, lambda r: tolstat.Inputs(args=(r.standard_normal(64),)), op="mul3",
-                           dtype="float16", runs=1500, hardware="cpu", progress=False)
+                           dtype="float16", runs=1500, hardware="cpu", options=tolstat.CollectOptions(progress=False))
 
 
 @pytest.fixture(scope="module")
@@ -238,6 +238,7 @@ def test_many(tolstat_check, i):
 """
 
 
+@pytest.mark.slow
 def test_xdist_recording_keeps_every_record(pytester, table_path, tmp_path):
     pytest.importorskip("xdist")
     pytester.makepyfile(XDIST)
@@ -338,6 +339,7 @@ def test_entry_point_name_allows_dash_p():
     assert pp["project"]["entry-points"]["pytest11"] == {"tolstat.checks.pytest_plugin": "tolstat.checks.pytest_plugin"}
 
 
+@pytest.mark.slow
 def test_dash_p_with_the_entry_point_installed(pytester, monkeypatch, tmp_path):
     # simulate an installed distribution whose pytest11 entry point has the new name;
     # `-p no:tolstat` blocks an older installed copy registered under the old name
@@ -356,6 +358,7 @@ def test_dash_p_with_the_entry_point_installed(pytester, monkeypatch, tmp_path):
     assert "already registered" not in "\n".join(res.stdout.lines + res.stderr.lines)
 
 
+@pytest.mark.slow
 def test_suite_budget_coverage_monte_carlo():
     """Exponential scores (true exceedance exp(-t)): the split thresholds keep the
     per-check budget suite_budget / N in at least `confidence` of the calibrations."""

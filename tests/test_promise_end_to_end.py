@@ -47,6 +47,7 @@ def _assert_keeps_promise(c: CellResult) -> None:
 
 
 # --------------------------------------------------------------------------- the promise, fast cells
+@pytest.mark.slow
 def test_default_select_keeps_budget_on_fresh_runs_light_tails():
     """fp16 matmul (fp32 accumulation), 300 runs, 1%/95%, the default select call."""
     _assert_keeps_promise(_cells("light_plain_300")["default"])
@@ -59,6 +60,7 @@ def test_single_plain_group_of_300_runs_is_not_refused():
     assert c.refused == 0, c.summary()
 
 
+@pytest.mark.slow
 def test_exact_duplicate_runs_do_not_break_the_budget():
     """150 cases x 3 identical copies: the promise holds (copies are not new evidence)."""
     c = _cells("duplicates_450")["default"]
@@ -73,6 +75,7 @@ def test_three_copies_of_150_runs_are_refused_at_1pct():
     assert c.accepted == 0, c.summary()
 
 
+@pytest.mark.slow
 def test_default_select_keeps_budget_with_undeclared_clustered_variants():
     """300 inputs x 3 correct variants with noise correlation 0.9, no cluster label declared."""
     c = _cells("clusters_undeclared_900")["default"]
@@ -81,6 +84,7 @@ def test_default_select_keeps_budget_with_undeclared_clustered_variants():
 
 
 @pytest.mark.parametrize("form", ["default", "operator"])
+@pytest.mark.slow
 def test_operator_path_keeps_budget_on_fresh_runs(form):
     """300 runs with |A| @ |B| magnitudes and K; checks pass magnitude= and covariates={'K': k}."""
     _assert_keeps_promise(_cells("light_operator_300")[form])
@@ -94,6 +98,7 @@ def test_single_operator_group_of_300_runs_is_not_refused(form):
 
 
 @pytest.mark.parametrize("path", ["plain", "operator"])
+@pytest.mark.slow
 def test_ten_exchangeable_groups_of_30_runs_get_thresholds(path):
     """10 ops of one law x 30 runs = 300 exchangeable runs: pooled, every group gets a threshold."""
     c = _cells(f"pooled_{path}_10x30")["default"]

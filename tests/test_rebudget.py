@@ -27,7 +27,7 @@ def _pairs(seed: int, n: int, scale: float = 1.0):
 
 
 def _ds(pairs, op="mul"):
-    return tolstat.from_pairs(pairs, op=op, dtype="fp16", hardware=HW, progress=False)
+    return tolstat.from_pairs(pairs, op=op, dtype="fp16", hardware=HW, options=tolstat.CollectOptions(progress=False))
 
 
 @pytest.fixture(scope="module")

@@ -148,7 +148,7 @@ def two_tables(tmp_path_factory):
         return tolstat.Inputs(args=(rng.standard_normal(int(rng.choice([32, 128]))),))
 
     ds = tolstat.concat([tolstat.collect(kern, ref, mk, op=op, dtype="float16", runs=500, hardware=hw,
-                                         progress=False, seed=s)
+                                         options=tolstat.CollectOptions(progress=False), seed=s)
                          for s, (op, hw) in enumerate([("cumsum", "cpu:a"), ("cumsum", "cpu:b"),
                                                        ("csum2", "cpu:a")])])
     keep = np.flatnonzero(np.random.default_rng(1).random(ds.sizes["run"]) > 0.1)

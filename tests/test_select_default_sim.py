@@ -38,7 +38,7 @@ def _template(n: int, groups: int, k: int):
         a = (e * (1 + 1e-3)).astype(np.float16)
         case = f"{i // n}-{(i % n) // k if k else i % n}"
         pairs.append((a, e, np.abs(e), {"case": case}))
-    ds = tolstat.from_pairs(pairs, op="sim", dtype="float16", progress=False)
+    ds = tolstat.from_pairs(pairs, op="sim", dtype="float16", options=tolstat.CollectOptions(progress=False))
     # groups: one op on several machines (hardware labels g0, g1, ...)
     hw = np.repeat([f"g{j}" for j in range(groups)], n)
     return ds.assign(hardware=("run", hw.astype(str)), max_ulp=("run", np.ones(n * groups)))
@@ -70,7 +70,7 @@ def run_default_cell(family: str, n: int, budget: float, *, n_stats: int = 1, gr
         ds = _dataset(n, groups, k, t1, t2)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            t = tolstat.select(ds, fp_budget=budget, seed=i, on_error="skip",
+            t = tolstat.select(ds, fp_budget=budget, on_error="skip", options=tolstat.SelectOptions(seed=i),
                                **({"cluster": "case"} if k else {}))
         cert = t.entry("sim", "float16", "g0").certificate if not math.isnan(
             float(t.data["threshold"].values[0, 0])) else None
@@ -111,6 +111,7 @@ def test_default_select_coverage(cell):
     assert methods <= {"order_statistic", "exact"}, methods
 
 
+@pytest.mark.slow
 def test_default_select_ten_groups_of_thirty_exchangeable():
     """10 groups x 30 runs, exchangeable: every group gets a (pooled) threshold, the promise holds."""
     acc, viol, refused, methods = run_default_cell("scale mixture (0.5/1/2)", 30, 1e-2, groups=10, repeats=40)
@@ -137,6 +138,7 @@ def test_default_select_coverage_wider(cell):
     assert viol / acc <= _limit(acc), (f, viol, acc)
 
 
+@pytest.mark.slow
 def test_default_select_pools_different_operators_in_their_own_units():
     """10 operators whose statistics differ in scale (0.5x to 5x), 100 runs each: too few for
     their own order statistic (299), so they pool in units of their own normalisers; group 0
@@ -153,7 +155,7 @@ def test_default_select_pools_different_operators_in_their_own_units():
         ds = _dataset(100, 10, 0, t1, None).assign(op=("run", ops), hardware=("run", np.full(1000, "hw")))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            t = tolstat.select(ds, fp_budget=1e-2, seed=i, on_error="skip")
+            t = tolstat.select(ds, fp_budget=1e-2, on_error="skip", options=tolstat.SelectOptions(seed=i))
         if not np.isfinite(t.data["threshold"].values[0, 0]):
             refused += 1
             continue

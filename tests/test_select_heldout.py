@@ -9,12 +9,15 @@ from scipy import stats
 import tolstat
 from tolstat.checks.checking import check
 from tolstat.models import ScaleOptions
+from tolstat.calibration.options import SelectOptions
 from tolstat.calibration.selection import select
 
 SCALES = (1.0, 10.0, 100.0)
 K_CAL = (16, 64, 256)
 K_UNSEEN = (24, 100, 200)
 ROWS = 32
+#: the normalised form's covariates: a power law in K, additive in the reference's RMS
+NORMALISED = SelectOptions(scale=ScaleOptions(power=("K",), linear=("ref_rms",)))
 
 
 def _kernel(x):
@@ -38,9 +41,9 @@ def _maker(ks):
 @pytest.fixture(scope="module")
 def data():
     cal = tolstat.collect(_kernel, _reference, _maker(K_CAL), op="rowsum", dtype="float16", runs=3000,
-                          hardware="cpu", seed=1, progress=False)
+                          hardware="cpu", seed=1, options=tolstat.CollectOptions(progress=False))
     unseen = tolstat.collect(_kernel, _reference, _maker(K_UNSEEN), op="rowsum", dtype="float16", runs=1500,
-                             hardware="cpu", seed=2, progress=False)
+                             hardware="cpu", seed=2, options=tolstat.CollectOptions(progress=False))
     idx = np.arange(cal.sizes["run"])
     return cal.isel(run=idx[idx % 2 == 0]), cal.isel(run=idx[idx % 2 == 1]), unseen
 
@@ -59,14 +62,14 @@ def _fails(table, ds, cov_names=("K",)):
 
     ent = table.entry("rowsum", "float16", "cpu")
     name = ent.max_statistic
-    x, _ = run_scores(ds, ent.scale, "max_abs") if ent.scale is not None else run_scores(ds, None, name)
+    x = (run_scores(ds, ent.scale, "max_abs") if ent.scale is not None else run_scores(ds, None, name)).scores
     return x > ent.statistics[name].threshold
 
 
 @pytest.mark.parametrize("form", [None, "allclose", "size_aware", "normalised"])
 def test_heldout_fp_rate_within_budget(data, form):
     train, test, unseen = data
-    t = select(train, fp_budget=BUDGET, confidence=0.95, form=form, scale=ScaleOptions(power=("K",), linear=("ref_rms",)))
+    t = select(train, fp_budget=BUDGET, confidence=0.95, form=form, options=NORMALISED)
     f = _fails(t, test)
     assert _not_above(int(f.sum()), f.size, BUDGET), (form, f.mean())
 
@@ -74,7 +77,7 @@ def test_heldout_fp_rate_within_budget(data, form):
 @pytest.mark.parametrize("form", ["size_aware", "normalised"])
 def test_conditional_budget_across_magnitudes_and_sizes(data, form):
     train, test, unseen = data
-    t = select(train, fp_budget=BUDGET, form=form, scale=ScaleOptions(power=("K",), linear=("ref_rms",)))
+    t = select(train, fp_budget=BUDGET, form=form, options=NORMALISED)
     f = _fails(t, test)
     for s in SCALES:
         m = test["scale"].values == s
@@ -100,7 +103,7 @@ def test_size_aware_keeps_budget_on_unseen_sizes(data):
 def test_normalised_tighter_than_max_abs_on_small_magnitudes(data):
     train, test, _ = data
     t_abs = select(train, form=None, fp_budget=BUDGET)
-    t_norm = select(train, fp_budget=BUDGET, form="normalised", scale=ScaleOptions(power=("K",), linear=("ref_rms",)))
+    t_norm = select(train, fp_budget=BUDGET, form="normalised", options=NORMALISED)
     atol_abs = t_abs.entry("rowsum", "float16").statistics["max_abs"].threshold
     ent = t_norm.entry("rowsum", "float16")
     c = ent.statistics["max_score"].threshold
@@ -116,13 +119,13 @@ def test_normalised_tighter_than_max_abs_on_small_magnitudes(data):
 def test_check_agrees_with_calibration_scores(data):
     """check() on a fresh run computes the same score as the calibration path."""
     train, _, _ = data
-    t = select(train, fp_budget=BUDGET, form="normalised", scale=ScaleOptions(power=("K",), linear=("ref_rms",)))
+    t = select(train, fp_budget=BUDGET, form="normalised", options=NORMALISED)
     rng = np.random.default_rng(7)
     x = 10.0 * rng.standard_normal((ROWS, 64))
     r = check(_kernel(x), _reference(x), op="rowsum", dtype="float16", table=t, covariates={"K": 64})
     one = tolstat.from_pairs([(_kernel(x), _reference(x), None, {"K": 64, "scale": 10.0})], op="rowsum",
-                             dtype="float16", hardware="cpu", labels={"part": "x"})
+                             dtype="float16", hardware="cpu", options=tolstat.CollectOptions(labels={"part": "x"}))
     from tolstat.models.scale import run_scores
 
-    s, _ = run_scores(one, t.entry("rowsum", "float16").scale)
+    s = run_scores(one, t.entry("rowsum", "float16").scale).scores
     assert r.statistics["max_score"] == pytest.approx(float(s[0]), rel=1e-12)

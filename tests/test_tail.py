@@ -94,7 +94,7 @@ def test_topk_from_zarr_store(tmp_path):
         lambda a: (a.astype(np.float16) * np.float16(3)).astype(np.float16),
         lambda a: a.astype(np.float16).astype(np.float64) * 3,
         lambda rng: (rng.standard_normal(50),), op="scale", dtype="float16", runs=9,
-        hardware="t", seed=1, sample_size=16)
+        hardware="t", seed=1, options=tolstat.CollectOptions(sample_size=16))
     path = tolstat.save(ds, tmp_path / "e.zarr")
     lazy = tolstat.open_errors(path, chunks={"run": 2})
     for stat in ("sample_abs", "sample_ulp", "max_abs"):

@@ -25,7 +25,7 @@ def _variants(seed: int, n_inputs: int, k: int, corr: float = 0.9, declare: bool
             z = corr * common + np.sqrt(1 - corr ** 2) * rng.standard_normal(16)
             out = (ref * (1 + z * 2.0 ** -12)).astype(np.float16)
             pairs.append((out, ref, {"case": f"c{i}"}) if declare else (out, ref))
-    return tolstat.from_pairs(pairs, op="mm", dtype="fp16", hardware=HW, progress=False)
+    return tolstat.from_pairs(pairs, op="mm", dtype="fp16", hardware=HW, options=tolstat.CollectOptions(progress=False))
 
 
 def test_reference_fingerprint_identifies_identical_references():

@@ -29,10 +29,11 @@ from tolstat._version import __version__
 _LAZY: dict[str, str] = {
     "SUPPORTED_DTYPES": "_base.dtypes", "error_metrics": "measure.metrics",
     "Inputs": "dataset.runs", "collect": "dataset.collection", "from_pairs": "dataset.collection",
-    "collect_to_store": "dataset.stream", "open_store": "dataset.stream",
+    "CollectOptions": "dataset.options", "open_store": "dataset.stream",
     "open_errors": "dataset.io", "save": "dataset.io", "concat": "dataset.schema",
     "fit": "models.estimators",
-    "select": "calibration.selection", "certify": "calibration.engine", "NotEnoughData": "_base.util",
+    "select": "calibration.selection", "SelectOptions": "calibration.options", "certify": "calibration.engine",
+    "NotEnoughData": "_base.util",
     "ToleranceTable": "calibration.table", "load_table": "calibration.table",
     "CheckResult": "checks.result", "assert_close": "checks.checking", "check": "checks.checking",
     "check_runs": "checks.checking",
@@ -49,6 +50,7 @@ if TYPE_CHECKING:  # static analysers see the eager imports
     from tolstat.assess.hwshift import ShiftResult, shift
     from tolstat._base.util import NotEnoughData
     from tolstat.calibration.engine import certify
+    from tolstat.calibration.options import SelectOptions
     from tolstat.calibration.selection import select
     from tolstat.calibration.table import ToleranceTable, load_table
     from tolstat.checks.checking import assert_close, check, check_runs
@@ -57,7 +59,8 @@ if TYPE_CHECKING:  # static analysers see the eager imports
     from tolstat.dataset.runs import Inputs
     from tolstat.dataset.io import open_errors, save
     from tolstat.dataset.schema import concat
-    from tolstat.dataset.stream import collect_to_store, open_store
+    from tolstat.dataset.options import CollectOptions
+    from tolstat.dataset.stream import open_store
     from tolstat.measure.metrics import error_metrics
     from tolstat.models.estimators import fit
 
@@ -85,10 +88,10 @@ def __dir__() -> list[str]:
 __all__ = [
     "__version__",
     # collect correct runs into an error dataset
-    "from_pairs", "collect", "Inputs", "collect_to_store", "open_store", "save", "open_errors", "concat",
+    "from_pairs", "collect", "Inputs", "CollectOptions", "open_store", "save", "open_errors", "concat",
     "error_metrics", "SUPPORTED_DTYPES",
     # calibrate a tolerance table
-    "select", "certify", "fit", "NotEnoughData", "ToleranceTable", "load_table",
+    "select", "SelectOptions", "certify", "fit", "NotEnoughData", "ToleranceTable", "load_table",
     # check outputs against it
     "check", "check_runs", "assert_close", "CheckResult",
     # assess tolerance rules

@@ -20,6 +20,7 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 from tolstat.dataset.collection import from_pairs
+from tolstat.dataset.options import CollectOptions
 from tolstat.dataset.schema import concat, validate
 from tolstat.measure.metrics import ulp_distance
 
@@ -91,8 +92,8 @@ def _from_corpus_pairs(pairs: list[tuple], op: str, dtype: str, seed: int) -> xr
     # the covariates every case has, in the first case's order (deterministic, unlike a set's)
     cov_keys = [k for k in pairs[0][4] if all(k in p[4] for p in pairs)]
     pairs = [(a, e, m, lab, {k: c[k] for k in cov_keys}) for a, e, m, lab, c in pairs]
-    return from_pairs(pairs, op=op, dtype=dtype, hardware="cpu:tolstat-corpus", seed=seed, sample_size=512,
-                      progress=False, rowwise=op in corpus.ROWWISE)
+    return from_pairs(pairs, op=op, dtype=dtype, hardware="cpu:tolstat-corpus", seed=seed,
+                      options=CollectOptions(sample_size=512, progress=False, rowwise=op in corpus.ROWWISE))
 
 
 def _same_covariates(pairs: Iterable[tuple], op: str) -> Iterator[tuple]:
@@ -219,9 +220,9 @@ def calibration_dataset(cfg: _Settings, *, progress: bool | None = None) -> xr.D
     for op in ops:
         for dt in cfg.dtypes:
             pairs = _same_covariates(_pairs_for(op, dt, cfg.n_cal, cfg.seed, cfg.quick), op)
+            opts = CollectOptions(sample_size=512, progress=False, rowwise=op in corpus.ROWWISE)
             parts.append(sink.take(from_pairs(pairs, op=op, dtype=dt, hardware="cpu:tolstat-corpus",
-                                              seed=cfg.seed, sample_size=512, progress=False,
-                                              rowwise=op in corpus.ROWWISE)))
+                                              seed=cfg.seed, options=opts)))
             bar.update(1)
     bar.close()
     # ops have different covariates (D for attention, N for norms): keep the union,

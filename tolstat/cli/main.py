@@ -152,13 +152,14 @@ def _parse_covariates(items: Sequence[str] | None) -> dict[str, float]:
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from tolstat import open_errors, select
+    from tolstat import SelectOptions, open_errors, select
 
     ds = open_errors(args.errors)
     stat: str | tuple[str, ...] = (args.statistic, "bias") if args.bias else args.statistic
     by = ("op", "dtype") if args.pool_hardware else ("op", "dtype", "hardware")
-    table = select(ds, fp_budget=args.fp_budget, confidence=args.confidence, method=args.method,
-                   statistic=stat, form=None if args.form == "none" else args.form, by=by, cluster=args.cluster)
+    table = select(ds, fp_budget=args.fp_budget, confidence=args.confidence, statistic=stat,
+                   form=None if args.form == "none" else args.form, by=by, cluster=args.cluster,
+                   options=SelectOptions(method=args.method))
     if args.output.lower().endswith(".json"):
         table.to_json(args.output)
     else:

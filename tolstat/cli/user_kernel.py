@@ -97,7 +97,7 @@ def wanted(args: argparse.Namespace) -> bool:
 
 def run(args: argparse.Namespace) -> Any:
     """Collect the error dataset of the user's kernel named by ``args``."""
-    from tolstat import collect
+    from tolstat import CollectOptions, collect
 
     missing = [f"--{k}" for k in ("kernel", "reference", "inputs", "op", "dtype")
                if getattr(args, k) is None]
@@ -114,4 +114,4 @@ def run(args: argparse.Namespace) -> Any:
                    resolve_spec(args.reference, option="--reference"),
                    resolve_spec(args.inputs, option="--inputs"),
                    op=args.op, dtype=args.dtype, runs=runs, seed=args.seed,
-                   hardware=args.hardware, progress=args.progress)
+                   hardware=args.hardware, options=CollectOptions(progress=args.progress))
