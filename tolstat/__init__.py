@@ -27,9 +27,9 @@ from tolstat._version import __version__
 #: xarray, scipy and statsmodels stay unloaded until a name is first used, PEP 562); the
 #: first access of a name imports its module once and caches the name here.
 _LAZY: dict[str, str] = {
-    "SUPPORTED_DTYPES": "_base.dtypes", "error_metrics": "measure.metrics",
+    "error_metrics": "measure.metrics",
     "Inputs": "dataset.runs", "collect": "dataset.collection", "from_pairs": "dataset.collection",
-    "CollectOptions": "dataset.options", "open_store": "dataset.stream",
+    "CollectOptions": "dataset.options",
     "open_errors": "dataset.io", "save": "dataset.io", "concat": "dataset.schema",
     "fit": "models.estimators",
     "select": "calibration.selection", "SelectOptions": "calibration.options", "certify": "calibration.engine",
@@ -45,7 +45,6 @@ _SUBMODULES = ("measure", "dataset", "models", "calibration", "checks", "assess"
 
 if TYPE_CHECKING:  # static analysers see the eager imports
     from tolstat import assess, calibration, checks, corpus, dataset, measure, models
-    from tolstat._base.dtypes import SUPPORTED_DTYPES
     from tolstat.assess.comparison import CompareResult, compare
     from tolstat.assess.hwshift import ShiftResult, shift
     from tolstat._base.util import NotEnoughData
@@ -60,7 +59,6 @@ if TYPE_CHECKING:  # static analysers see the eager imports
     from tolstat.dataset.io import open_errors, save
     from tolstat.dataset.schema import concat
     from tolstat.dataset.options import CollectOptions
-    from tolstat.dataset.stream import open_store
     from tolstat.measure.metrics import error_metrics
     from tolstat.models.estimators import fit
 
@@ -88,8 +86,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "__version__",
     # collect correct runs into an error dataset
-    "from_pairs", "collect", "Inputs", "CollectOptions", "open_store", "save", "open_errors", "concat",
-    "error_metrics", "SUPPORTED_DTYPES",
+    "from_pairs", "collect", "Inputs", "CollectOptions", "save", "open_errors", "concat", "error_metrics",
     # calibrate a tolerance table
     "select", "SelectOptions", "certify", "fit", "NotEnoughData", "ToleranceTable", "load_table",
     # check outputs against it
