@@ -72,3 +72,17 @@ def test_a_package_resolves_a_name_to_its_defining_module():
     assert "run_units" in tolstat.dataset.__all__ and "run_units" in dir(tolstat.dataset)
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         tolstat.dataset.nope  # noqa: B018
+
+
+@pytest.mark.parametrize("package", ["measure", "dataset", "models", "models.estimators", "calibration", "checks",
+                                     "assess", "corpus"])
+def test_a_package_lists_only_its_own_modules_and_their_names(package):
+    """A module listed in a package's __all__ is that package's own (a subpackage's modules
+    stay the subpackage's: ``tolstat.models.bootstrap`` is not a name)."""
+    import inspect
+
+    pkg = importlib.import_module(f"tolstat.{package}")
+    for name in pkg.__all__:
+        obj = getattr(pkg, name)
+        if inspect.ismodule(obj):
+            assert obj.__name__ == f"{pkg.__name__}.{name}", (name, obj.__name__)

@@ -31,8 +31,11 @@ def namespace(package: str, modules: tuple[str, ...]) -> tuple[Callable[[str], A
     def names() -> list[str]:
         out: list[str] = [m for m in modules if not m.startswith("_")]
         for m in modules:
-            for n in getattr(importlib.import_module(f"{package}.{m}"), "__all__", ()):
-                if n not in out:
+            sub = importlib.import_module(f"{package}.{m}")
+            # a subpackage's own modules are its names, not this package's
+            own = set(getattr(sub, "__lazy_modules__", ()))
+            for n in getattr(sub, "__all__", ()):
+                if n not in out and n not in own:
                     out.append(n)
         return out
 
@@ -55,4 +58,5 @@ def namespace(package: str, modules: tuple[str, ...]) -> tuple[Callable[[str], A
     def __dir__() -> list[str]:
         return sorted(set(vars(sys.modules[package])) | set(modules) | set(names()))
 
+    sys.modules[package].__lazy_modules__ = tuple(modules)  # type: ignore[attr-defined]
     return __getattr__, __dir__
