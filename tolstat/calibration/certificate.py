@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from tolstat._base.util import NotEnoughData
-from tolstat.measure.noise import combined_score
+from tolstat.measure.noise import MID_SUFFIX, SCORE_CORE, combined_score
 from tolstat.models.estimators.orderstat import (
     conformal_min_n,
     conformal_rank,
@@ -30,6 +30,8 @@ __all__ = [
     "TOP_SCORES",
     "UnreachableThresholdWarning",
     "GroupCertificate",
+    "OPERATOR_COVARIATES",
+    "check_table_certificate",
 ]
 
 #: calibration scores kept per group (largest first) for re-budgeting
@@ -119,6 +121,125 @@ class GroupCertificate:
         """True where a run's combined score is within the threshold (NaN score passes)."""
         s = self.score(stats)
         return ~(s > self.threshold)
+
+
+#: run covariates an operator-form check reads from a certificate's ``covariates``
+OPERATOR_COVARIATES = ("K",)
+
+# The typed form of a table group's certificate: the fields of GroupCertificate that the
+# table keeps there (group, threshold, budget and top scores live in the table itself), and
+# those the score forms add (forms.certified_groups, selection._select_group). Fields not
+# listed are kept as they are (they change no decision).
+_CERT_STR = ("form", "form_reason", "method", "guarantee", "reason", "group")
+_CERT_BOOL = ("rowwise", "needs_magnitude")
+_CERT_COUNT = ("n_runs", "n_units", "n_duplicates", "n_fit", "n_cal", "rank", "n_needed")
+_CERT_OPT_COUNT = ("n_clusters", "n_scores")
+_CERT_NAMES = ("pool", "flags", "unreachable")
+
+
+def _cert_number(field_name: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"certificate {field_name}: expected a number, got {v!r}")
+    return float(v)
+
+
+def _score_member(name: str, op: str) -> bool:
+    """True for a statistic the combined score of ``op`` may hold (:func:`score_statistic_names`;
+    an ``inv_*`` invariant may be registered after the table is read)."""
+    base = name[: -len(MID_SUFFIX)] if name.endswith(MID_SUFFIX) else name
+    return base in SCORE_CORE or (base.startswith("inv_") and len(base) > 4)
+
+
+def _check_normalisers(q: Any, *, op: str, statistic: str, score: bool) -> None:
+    if not isinstance(q, Mapping) or not q:
+        raise ValueError(f"certificate normalisers must be a non-empty object {{statistic: q}}, got {q!r}")
+    for k, v in q.items():
+        if score and not _score_member(str(k), op):
+            raise ValueError(f"certificate normalisers: {k!r} is not a statistic of the combined score of {op} "
+                             f"(known: {', '.join(SCORE_CORE)}, their {MID_SUFFIX!r} forms and the op's inv_* "
+                             "invariants)")
+        if not score and k != statistic:
+            raise ValueError(f"certificate normalisers name {k!r}, not the group's statistic {statistic!r}")
+        f = _cert_number(f"normalisers[{k!r}]", v)
+        if not (math.isfinite(f) and f > 0):
+            raise ValueError(f"certificate normalisers[{k!r}] must be finite and > 0, got {v!r}")
+
+
+def check_table_certificate(cert: Any, *, op: str, statistic: str, certified: bool) -> None:
+    """Validate one table group's certificate against its typed form.
+
+    Every field that changes a decision is checked: ``normalisers`` (required by a
+    certified group of a combined-score statistic; finite and > 0; named statistics of the
+    op's combined score, or the group's own statistic for the one-statistic forms),
+    ``rowwise`` and ``needs_magnitude`` (booleans), ``covariates`` (a list of
+    :data:`OPERATOR_COVARIATES`), ``n_scores`` (the count re-budgeting uses), ``form``
+    (``"operator"`` exactly for a combined-score statistic); the other fields of
+    :class:`GroupCertificate` by their types.
+
+    Parameters
+    ----------
+    cert : object
+        The certificate as read (a JSON object).
+    op : str
+        The group's op (which invariants its score may hold).
+    statistic : str
+        The group's max-error statistic (``op_score``, ``max_score``, ``max_abs``, ...).
+    certified : bool
+        The group has a threshold (a refused group's certificate has no normalisers).
+
+    Raises
+    ------
+    ValueError
+        ``"certificate <field> ..."``: the field, the value and what is allowed.
+    """
+    from tolstat.models.statistics import get as get_statistic
+
+    if not isinstance(cert, Mapping):
+        raise ValueError(f"certificate must be an object, got {type(cert).__name__}")
+    score = get_statistic(statistic).kind == "score"
+    for k in _CERT_STR:
+        if k in cert and not isinstance(cert[k], str):
+            raise ValueError(f"certificate {k} must be a string, got {cert[k]!r}")
+    if "cluster" in cert and not (cert["cluster"] is None or isinstance(cert["cluster"], str)):
+        raise ValueError(f"certificate cluster must be a run label name or null, got {cert['cluster']!r}")
+    for k in _CERT_BOOL:
+        if k in cert and not isinstance(cert[k], bool):
+            raise ValueError(f"certificate {k} must be true or false, got {cert[k]!r}")
+    for k in _CERT_COUNT + _CERT_OPT_COUNT:
+        v = cert.get(k)
+        if k in cert and not (v is None and k in _CERT_OPT_COUNT):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"certificate {k} must be an integer >= 0, got {v!r}")
+    for k in _CERT_NAMES:
+        if k in cert and not (isinstance(cert[k], list) and all(isinstance(x, str) for x in cert[k])):
+            raise ValueError(f"certificate {k} must be a list of names, got {cert[k]!r}")
+    if "covariates" in cert:
+        cov = cert["covariates"]
+        if not (isinstance(cov, list) and all(isinstance(x, str) for x in cov)):
+            raise ValueError(f"certificate covariates must be a list of names, got {cov!r}")
+        unknown = [x for x in cov if x not in OPERATOR_COVARIATES]
+        if unknown:
+            raise ValueError(f"certificate covariates: unknown covariate {unknown[0]!r} (an operator-form check "
+                             f"reads {', '.join(map(repr, OPERATOR_COVARIATES))})")
+    if "floor" in cert:
+        f = _cert_number("floor", cert["floor"])
+        if not (math.isfinite(f) and f >= 0):
+            raise ValueError(f"certificate floor must be finite and >= 0, got {cert['floor']!r}")
+    if cert.get("pool_p") is not None:
+        p = _cert_number("pool_p", cert["pool_p"])
+        if not (0.0 <= p <= 1.0 or math.isnan(p)):
+            raise ValueError(f"certificate pool_p must lie in [0, 1] or be null, got {cert['pool_p']!r}")
+    if "units" in cert and not isinstance(cert["units"], Mapping):
+        raise ValueError(f"certificate units must be an object, got {cert['units']!r}")
+    form = cert.get("form")
+    if form is not None and score != (form == "operator"):
+        want = "form 'operator'" if score else "not the operator form"
+        raise ValueError(f"certificate form {form!r} does not match the group's statistic {statistic!r} ({want})")
+    if "normalisers" in cert:
+        _check_normalisers(cert["normalisers"], op=op, statistic=statistic, score=score)
+    elif score and certified:
+        raise ValueError(f"certificate has no 'normalisers' (the normalisers q_j of the combined score "
+                         f"{statistic} = max_j T_j / q_j are needed to check the group)")
 
 
 def _guarantee_pac(a: float, g: float, n: int, r: int, *, clusters: bool) -> str:

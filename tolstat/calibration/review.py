@@ -22,16 +22,22 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = ["table_json", "user_units", "show_table", "diff_tables", "VOLATILE_KEYS"]
 
 #: provenance keys that change on every run; written to the ``"volatile"`` block
 VOLATILE_KEYS = ("created", "host", "pid")
 _TOP_ORDER = ("tolstat_table", "tolstat_version", "fp_budget", "confidence", "form", "statistics",
-              "budget_split", "provenance", "groups")
-_GROUP_ORDER = ("op", "dtype", "hardware", "n", "n_inexact", "user_units", "scale", "statistics", "certificate")
+              "budget_split", "checksum", "provenance", "groups")
+_GROUP_ORDER = ("op", "dtype", "hardware", "n", "n_inexact", "user_units", "scale", "statistics", "certificate",
+                "checksum")
 _STAT_ORDER = ("threshold", "method", "budget", "confidence", "estimate", "reason", "tail", "top_scores")
+
+
+#: ``json.dumps(v, allow_nan=False)`` with one encoder (dumps builds one per call for non-default options)
+_STRICT = json.JSONEncoder(allow_nan=False)
 
 
 def _f(v: Any) -> Any:
@@ -68,7 +74,7 @@ def _dump(obj: Any, indent: int, order: Sequence[str] = ()) -> str:
         if not obj:
             return "{}"
         if len(obj) <= 6 and all(_scalar(v) for v in obj.values()):
-            return "{" + ", ".join(f"{json.dumps(str(k))}: {json.dumps(v, allow_nan=False)}"
+            return "{" + ", ".join(f"{json.dumps(str(k))}: {_STRICT.encode(v)}"
                                    for k, v in sorted(obj.items())) + "}"
         keys = [k for k in order if k in obj] + sorted(k for k in obj if k not in order)
         sub = {"groups": _GROUP_ORDER, "statistics": ()}
@@ -84,9 +90,9 @@ def _dump(obj: Any, indent: int, order: Sequence[str] = ()) -> str:
         return "{\n" + ",\n".join(parts) + "\n" + pad + "}"
     if isinstance(obj, list):
         if all(_scalar(v) for v in obj):
-            return "[" + ", ".join(json.dumps(v, allow_nan=False) for v in obj) + "]"
+            return "[" + ", ".join(_STRICT.encode(v) for v in obj) + "]"
         return "[\n" + ",\n".join(inner + _dump(v, indent + 1, order) for v in obj) + "\n" + pad + "]"
-    return json.dumps(obj, allow_nan=False)
+    return _STRICT.encode(obj)
 
 
 def _dump_stats(stats: Mapping[str, Any], indent: int) -> str:
@@ -105,11 +111,12 @@ def user_units(table: Any, index: int) -> dict[str, Any]:
         statistic has no allclose form (``max_ulp``, a baseline-relative scale) or the
         group has no threshold.
     """
-    op, dt, hw = table.groups[index]
-    name = table.statistics[0]
+    c = table._cols()
+    op, dt, hw = c.groups[index]
+    name = c.statistics[0]
     if name == "op_score":
         return _operator_units(table, index)
-    sj = str(table.data["scale_json"].values[index])
+    sj = c.text("scale_json", index)
     at: dict[str, float] = {}
     if sj:
         sc = json.loads(sj)
@@ -126,8 +133,9 @@ def user_units(table: Any, index: int) -> dict[str, Any]:
 
 def _operator_units(table: Any, index: int) -> dict[str, Any]:
     """User units of an operator-form threshold: what it allows per element and per statistic."""
-    thr = float(table.data["threshold"].values[index, 0])
-    cj = str(table.data["certificate_json"].values[index]) if "certificate_json" in table.data else ""
+    c = table._cols()
+    thr = float(c.arrays["threshold"][index, 0])
+    cj = c.text("certificate_json", index)
     cert = json.loads(cj) if cj else {}
     q = cert.get("normalisers", {})
     if not math.isfinite(thr) or not q:
@@ -146,8 +154,11 @@ def table_json(table: Any) -> str:
     volatile: dict[str, Any] = {}
     doc["provenance"] = _split_volatile(doc.get("provenance", {}), "provenance", volatile)
     groups = doc.pop("groups")
+    sums = table.checksums()
+    doc["checksum"] = sums["table"]
     for i, g in enumerate(groups):
         g["user_units"] = user_units(table, i)
+        g["checksum"] = sums["groups"][i]
     order = sorted(range(len(groups)), key=lambda i: (groups[i]["op"], groups[i]["dtype"], groups[i]["hardware"]))
     doc["groups"] = [groups[i] for i in order]
     body = _dump(doc, 0, _TOP_ORDER)
@@ -161,19 +172,24 @@ def _g(v: float) -> str:
 
 
 def _rows(table: Any) -> dict[tuple[str, str, str, str], dict[str, Any]]:
-    d = table.data
+    c = table._cols()
+    a = c.arrays
     out = {}
-    for i, (op, dt, hw) in enumerate(table.groups):
+    for i, (op, dt, hw) in enumerate(c.groups):
         uu = user_units(table, i)
-        for j, s in enumerate(table.statistics):
+        sj, cj = c.text("scale_json", i), c.text("certificate_json", i)
+        for j, s in enumerate(c.statistics):
             out[(op, dt, hw, s)] = {
-                "threshold": float(d["threshold"].values[i, j]),
-                "method": str(d["method"].values[i, j]),
-                "budget": float(d["budget"].values[i, j]),
-                "confidence": float(d["stat_confidence"].values[i, j]),
-                "n": int(d["n"].values[i]),
+                "threshold": float(a["threshold"][i, j]),
+                "method": str(a["method"][i, j]),
+                "budget": float(a["budget"][i, j]),
+                "confidence": float(a["stat_confidence"][i, j]),
+                "n": int(a["n"][i]),
                 "atol": float(uu["atol"]) if j == 0 and "atol" in uu else math.nan,
                 "rtol": float(uu["rtol"]) if j == 0 and "rtol" in uu else math.nan,
+                # the group's decision fields besides the thresholds, on its first statistic's row
+                "group": {"scale": json.loads(sj) if sj else None,
+                          "certificate": json.loads(cj) if cj else None} if j == 0 else None,
             }
     return out
 
@@ -206,8 +222,9 @@ def _certificate_lines(table: Any) -> list[str]:
     if "certificate_json" not in table.data:
         return []
     out = []
-    for i, (op, dt, hw) in enumerate(table.groups):
-        cj = str(table.data["certificate_json"].values[i])
+    cols = table._cols()
+    for i, (op, dt, hw) in enumerate(cols.groups):
+        cj = cols.text("certificate_json", i)
         if not cj:
             continue
         c = json.loads(cj)
@@ -230,13 +247,75 @@ def _ratio(a: float, b: float) -> str:
     return f"x{b / a:.4g}" if a > 0 else "new>0"
 
 
+#: certificate fields that change a decision (tolstat.calibration.decision, tolstat.checks,
+#: re-budgeting); the others (reason, guarantee, flags, counts of the fit) are prose or record
+CERTIFICATE_DECISION_FIELDS = ("form", "method", "normalisers", "rowwise", "needs_magnitude", "covariates",
+                               "n_scores")
+#: scale-model fields that change a decision (tolstat.models.scale.ScaleModel.scale)
+SCALE_DECISION_FIELDS = ("form", "atol", "rtol", "unit", "linear", "power", "baseline", "floor")
+
+
+def _num(a: Any, b: Any) -> tuple[str, str]:
+    """``old``, ``new`` as text: 4 significant digits, all digits where those would look equal."""
+    def fmt(v: Any, full: bool) -> str:
+        if isinstance(v, bool) or not isinstance(v, float):
+            return str(v)
+        return repr(v) if full else f"{v:.4g}"
+
+    sa, sb = fmt(a, False), fmt(b, False)
+    return (fmt(a, True), fmt(b, True)) if sa == sb else (sa, sb)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+def _field_changes(prefix: str, fields: Sequence[str], a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """``prefix field old -> new`` per changed field; mappings (normalisers, linear, power) key by key."""
+    out = []
+    for k in fields:
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, Mapping) or isinstance(vb, Mapping):
+            ma = va if isinstance(va, Mapping) else {}
+            mb = vb if isinstance(vb, Mapping) else {}
+            for key in list(ma) + [x for x in mb if x not in ma]:
+                if key not in mb:
+                    out.append(f"{prefix} {k}[{key!r}] removed ({ma[key]})")
+                elif key not in ma:
+                    out.append(f"{prefix} {k}[{key!r}] added ({mb[key]})")
+                elif not _same(ma[key], mb[key]):
+                    x, y = _num(ma[key], mb[key])
+                    out.append(f"{prefix} {k}[{key!r}] {x} -> {y}")
+        elif not _same(va, vb):
+            x, y = _num(va, vb)
+            out.append(f"{prefix} {k} {x} -> {y}")
+    return out
+
+
+def _group_changes(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """Changes of a group's scale model and certificate that alter a decision."""
+    out = []
+    sa, sb = a.get("scale"), b.get("scale")
+    if (sa is None) != (sb is None):
+        out.append(f"scale {sa['form'] if sa else 'none'} -> {sb['form'] if sb else 'none'}")
+    elif sa is not None:
+        out += _field_changes("scale", SCALE_DECISION_FIELDS, sa, sb)
+    ca, cb = a.get("certificate") or {}, b.get("certificate") or {}
+    out += _field_changes("certificate", CERTIFICATE_DECISION_FIELDS, ca, cb)
+    return out
+
+
 def diff_tables(old: Any, new: Any, *, names: tuple[str, str] = ("OLD", "NEW"), changed_only: bool = False) -> str:
     """What changed between two tables, per group (``tolstat diff``), for a pull request.
 
     Table-level settings that differ, then one line per (group, statistic): the
     threshold ``old -> new`` with their ratio, the user-unit ``atol`` where it changed,
-    method, budget and run-count changes; ``+``/``-`` for added/removed groups, ``~``
-    for changed ones, ``=`` for unchanged ones (left out with ``changed_only``).
+    method, budget and run-count changes, and on the group's first statistic every
+    change of a field that alters a decision: the scale model
+    (:data:`SCALE_DECISION_FIELDS`: form, coefficients, covariates) and the certificate
+    (:data:`CERTIFICATE_DECISION_FIELDS`: normalisers key by key, method, form, ...), each
+    as ``field old -> new``; ``+``/``-`` for added/removed groups, ``~`` for changed
+    ones, ``=`` for unchanged ones (left out with ``changed_only``).
     """
     lines = [f"tolstat diff {names[0]} -> {names[1]}"]
     mo, mn = old.meta, new.meta
@@ -268,6 +347,8 @@ def diff_tables(old: Any, new: Any, *, names: tuple[str, str] = ("OLD", "NEW"), 
             notes.append(f"n {a['n']} -> {b['n']}")
         if a["atol"] != b["atol"] and not (math.isnan(a["atol"]) and math.isnan(b["atol"])):
             notes.append(f"atol {_g(a['atol'])} -> {_g(b['atol'])}")
+        if a["group"] is not None and b["group"] is not None:
+            notes += _group_changes(a["group"], b["group"])
         same_thr = a["threshold"] == b["threshold"] or (math.isnan(a["threshold"]) and math.isnan(b["threshold"]))
         if same_thr and not notes:
             n_same += 1

@@ -8,10 +8,11 @@ into an ``(atol, rtol)`` pair (:mod:`tolstat.models.statistics`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -31,6 +32,12 @@ __all__ = ["TABLE_SCHEMA", "ToleranceEntry", "ToleranceTable", "load_table"]
 
 TABLE_SCHEMA = 1
 TAIL_KEYS = ("u", "sigma", "xi", "zeta", "gof_p")
+#: the table settings the table-level checksum covers (with every group's checksum)
+CHECKSUM_SETTINGS = ("fp_budget", "confidence", "form", "statistics", "budget_split")
+#: how to accept an edited table on purpose (the end of every checksum error)
+_ACCEPT_EDIT = ("to accept an edited table on purpose, load it with tolstat.load_table(path, verify=False) "
+                "and save it again with ToleranceTable.to_json or to_netcdf, which write new checksums "
+                "('tolstat show/diff --no-verify' read it without saving)")
 
 
 @dataclass(frozen=True)
@@ -112,12 +119,48 @@ def _f(v: Any) -> Any:
     return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
 
 
-def _certificate(d: xr.Dataset, i: int) -> dict[str, Any] | None:
-    """The group's certificate dict (None for tables without one, e.g. older files)."""
-    if "certificate_json" not in d:
-        return None
-    s = str(d["certificate_json"].values[i])
-    return json.loads(s) if s else None
+def _digest(obj: Any) -> str:
+    """``"sha256:<hex>"`` of the canonical JSON of ``obj`` (sorted keys, no spaces)."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _variable_ids(d: xr.Dataset) -> tuple[int, ...]:
+    """Identity of the dataset's variables: changes when one is replaced (``d[name] = ...``)."""
+    return tuple(map(id, d.variables.values()))
+
+
+@dataclass
+class _Columns:
+    """The table's variables as numpy arrays and its group index, built once per dataset.
+
+    Lookups and exports read these instead of indexing the ``xarray.Dataset`` per value
+    (each ``Dataset[name]`` builds a DataArray), so that they are linear in the groups.
+    """
+
+    data: xr.Dataset
+    variables: tuple[int, ...]
+    groups: list[tuple[str, str, str]]
+    statistics: list[str]
+    index: dict[tuple[str, str, str], int]
+    by_op_dtype: dict[tuple[str, str], list[tuple[str, str, str]]]
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, d: xr.Dataset) -> "_Columns":
+        groups = list(zip(map(str, d["op"].values), map(str, d["dtype"].values), map(str, d["hardware"].values)))
+        by: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+        for k in groups:
+            by.setdefault(k[:2], []).append(k)
+        arrays = {str(v): np.asarray(d[v].values) for v in d.data_vars}
+        return cls(data=d, variables=_variable_ids(d), groups=groups,
+                   statistics=[str(x) for x in d["statistic"].values],
+                   index={k: i for i, k in enumerate(groups)}, by_op_dtype=by, arrays=arrays)
+
+    def text(self, name: str, i: int) -> str:
+        """A per-group string variable (``""`` when the table has no such variable)."""
+        a = self.arrays.get(name)
+        return "" if a is None else str(a[i])
 
 
 class ToleranceTable:
@@ -151,6 +194,14 @@ class ToleranceTable:
                              f"expected {TABLE_SCHEMA})")
         check_table_data(data, source)
         self.data = data
+        self._cols_cache: _Columns | None = None
+
+    def _cols(self) -> _Columns:
+        """The column view of ``self.data`` (rebuilt when ``data`` is replaced)."""
+        c = self._cols_cache
+        if c is None or c.data is not self.data or c.variables != _variable_ids(self.data):
+            c = self._cols_cache = _Columns.of(self.data)
+        return c
 
     # ---- construction
     @classmethod
@@ -236,36 +287,60 @@ class ToleranceTable:
         return cls(ds)
 
     def _group_dicts(self) -> list[dict[str, Any]]:
-        d = self.data
-        stats = [str(s) for s in d["statistic"].values]
+        c = self._cols()
+        a = c.arrays
+        thr, est, bud, conf = a["threshold"], a["estimate"], a["budget"], a["stat_confidence"]
+        meth, reas, tops = a["method"], a["reason"], a["top_scores"]
+        tails = {k: a[f"tail_{k}"] for k in TAIL_KEYS}
         out = []
-        for i in range(d.sizes["group"]):
+        for i, (op, dt, hw) in enumerate(c.groups):
             st = {}
-            for j, s in enumerate(stats):
-                top = d["top_scores"].values[i, j]
+            for j, s in enumerate(c.statistics):
+                top = tops[i, j]
                 st[s] = {
-                    "threshold": _f(d["threshold"].values[i, j]),
-                    "estimate": _f(d["estimate"].values[i, j]),
-                    "budget": _f(d["budget"].values[i, j]),
-                    "confidence": _f(d["stat_confidence"].values[i, j]),
-                    "method": str(d["method"].values[i, j]),
-                    "reason": str(d["reason"].values[i, j]),
-                    "tail": {k: _f(d[f"tail_{k}"].values[i, j]) for k in TAIL_KEYS},
+                    "threshold": _f(thr[i, j]),
+                    "estimate": _f(est[i, j]),
+                    "budget": _f(bud[i, j]),
+                    "confidence": _f(conf[i, j]),
+                    "method": str(meth[i, j]),
+                    "reason": str(reas[i, j]),
+                    "tail": {k: _f(v[i, j]) for k, v in tails.items()},
                     "top_scores": [_f(v) for v in top[~np.isnan(top)]],
                 }
-            sj = str(d["scale_json"].values[i])
-            cj = _certificate(d, i)
+            sj, cj = c.text("scale_json", i), c.text("certificate_json", i)
             out.append({
-                "op": str(d["op"].values[i]),
-                "dtype": str(d["dtype"].values[i]),
-                "hardware": str(d["hardware"].values[i]),
-                "n": int(d["n"].values[i]),
-                "n_inexact": int(d["n_inexact"].values[i]),
+                "op": op,
+                "dtype": dt,
+                "hardware": hw,
+                "n": int(a["n"][i]),
+                "n_inexact": int(a["n_inexact"][i]) if "n_inexact" in a else 0,
                 "scale": json.loads(sj) if sj else None,
-                **({"certificate": cj} if cj else {}),
+                **({"certificate": json.loads(cj)} if cj else {}),
                 "statistics": st,
             })
         return out
+
+    def checksums(self) -> dict[str, Any]:
+        """The integrity checksums :meth:`to_json` and :meth:`to_netcdf` write.
+
+        Returns
+        -------
+        dict
+            ``{"groups": [...], "table": ...}``: per group (in table order) the
+            ``"sha256:<hex>"`` of the canonical JSON (sorted keys, no spaces) of every
+            stored field of the group (thresholds, budgets, methods, scores, the scale
+            model, the certificate, ...; not the derived ``user_units``), and for the table
+            the digest of its settings (:data:`CHECKSUM_SETTINGS`) and the sorted
+            ``(group, checksum)`` list, so that an added or removed group is seen.
+            :func:`load_table` recomputes them and refuses a table whose stored fields
+            were edited.
+        """
+        gd = self._group_dicts()
+        sums = [_digest(g) for g in gd]
+        meta = self.meta
+        listing = sorted([g["op"], g["dtype"], g["hardware"], h] for g, h in zip(gd, sums))
+        return {"groups": sums, "table": _digest({"settings": {k: meta[k] for k in CHECKSUM_SETTINGS},
+                                                  "groups": listing})}
 
     @property
     def meta(self) -> dict[str, Any]:
@@ -295,13 +370,12 @@ class ToleranceTable:
     @property
     def statistics(self) -> list[str]:
         """Statistic names, max-error statistic first."""
-        return [str(s) for s in self.data["statistic"].values]
+        return list(self._cols().statistics)
 
     @property
     def groups(self) -> list[tuple[str, str, str]]:
         """The (op, dtype, hardware) groups of the table."""
-        d = self.data
-        return list(zip(map(str, d["op"].values), map(str, d["dtype"].values), map(str, d["hardware"].values)))
+        return list(self._cols().groups)
 
     def __len__(self) -> int:
         return self.data.sizes["group"]
@@ -309,25 +383,26 @@ class ToleranceTable:
     def __repr__(self) -> str:
         lines = [f"<ToleranceTable: {len(self)} groups, fp_budget={self.fp_budget:g}, "
                  f"confidence={self.confidence:g}, form={self.meta['form']}, statistics={self.statistics}>"]
-        for i, (op, dt, hw) in enumerate(self.groups[:20]):
-            thr = ", ".join(f"{s}={self.data['threshold'].values[i, j]:.4g} ({self.data['method'].values[i, j]})"
-                            for j, s in enumerate(self.statistics))
-            lines.append(f"  {op} / {dt} / {hw}: n={int(self.data['n'].values[i])}: {thr}")
+        c = self._cols()
+        for i, (op, dt, hw) in enumerate(c.groups[:20]):
+            thr = ", ".join(f"{s}={c.arrays['threshold'][i, j]:.4g} ({c.arrays['method'][i, j]})"
+                            for j, s in enumerate(c.statistics))
+            lines.append(f"  {op} / {dt} / {hw}: n={int(c.arrays['n'][i])}: {thr}")
         if len(self) > 20:
             lines.append(f"  ... {len(self) - 20} more")
         return "\n".join(lines)
 
     # ---- lookup
     def _find(self, op: str, dtype: str, hardware: str | None) -> tuple[int, str] | None:
-        keys = self.groups
-        idx = {k: i for i, k in enumerate(keys)}
+        c = self._cols()
+        idx = c.index
         for o, tag in ((op, ""), (ANY, "default op, ")):
             if hardware is not None and (o, dtype, hardware) in idx:
                 return idx[(o, dtype, hardware)], tag + "exact"
             if (o, dtype, ANY) in idx:
                 return idx[(o, dtype, ANY)], tag + "any hardware"
             if hardware is None:
-                hws = [k for k in keys if k[0] == o and k[1] == dtype]
+                hws = c.by_op_dtype.get((o, dtype), [])
                 if len(hws) == 1:
                     return idx[hws[0]], tag + "only hardware"
                 if len(hws) > 1:
@@ -364,8 +439,8 @@ class ToleranceTable:
             from tolstat.calibration import hwpolicy
 
             hw = str(hardware) if hardware is not None else hwpolicy.machine_hardware()
-            mx = self.data["threshold"].values[:, 0]
-            hit = hwpolicy.resolve_group(self.groups, mx, str(op), dt, hw, hardware_policy)
+            c = self._cols()
+            hit = hwpolicy.resolve_group(c.groups, c.arrays["threshold"][:, 0], str(op), dt, hw, hardware_policy)
             hardware = hw
         else:
             hit = self._find(str(op), dt, None if hardware is None else str(hardware))
@@ -376,30 +451,32 @@ class ToleranceTable:
                 f"hardware, hardware '*', op '*'); available groups: {avail}"
             )
         i, how = hit
-        d = self.data
+        c = self._cols()
+        a = c.arrays
+        cj = c.text("certificate_json", i)
+        cert = json.loads(cj) if cj else None
         stats: dict[str, Calibration] = {}
-        for j, s in enumerate(self.statistics):
-            thr = float(d["threshold"].values[i, j])
+        for j, s in enumerate(c.statistics):
+            thr = float(a["threshold"][i, j])
             if math.isnan(thr):
-                raise KeyError(f"group ({op}, {dt}, {d['hardware'].values[i]}) has no {s} threshold: "
-                               f"{d['reason'].values[i, j]}")
-            top = d["top_scores"].values[i, j]
-            cert = _certificate(d, i) or {}
+                raise KeyError(f"group ({op}, {dt}, {c.groups[i][2]}) has no {s} threshold: "
+                               f"{a['reason'][i, j]}")
+            top = a["top_scores"][i, j]
             stats[s] = Calibration(
-                statistic=s, threshold=thr, estimate=float(d["estimate"].values[i, j]),
-                budget=float(d["budget"].values[i, j]), confidence=float(d["stat_confidence"].values[i, j]),
-                method=str(d["method"].values[i, j]), reason=str(d["reason"].values[i, j]),
+                statistic=s, threshold=thr, estimate=float(a["estimate"][i, j]),
+                budget=float(a["budget"][i, j]), confidence=float(a["stat_confidence"][i, j]),
+                method=str(a["method"][i, j]), reason=str(a["reason"][i, j]),
                 # the calibration scores the threshold was certified on (units, not runs)
-                n=int(cert.get("n_scores") or d["n"].values[i]),
-                tail={k: float(d[f"tail_{k}"].values[i, j]) for k in TAIL_KEYS},
+                n=int((cert or {}).get("n_scores") or a["n"][i]),
+                tail={k: float(a[f"tail_{k}"][i, j]) for k in TAIL_KEYS},
                 top=top[~np.isnan(top)],
             )
-        sj = str(d["scale_json"].values[i])
+        sj = c.text("scale_json", i)
         return ToleranceEntry(
-            op=str(d["op"].values[i]), dtype=dt, hardware=str(d["hardware"].values[i]),
-            requested_hardware=hardware, fallback=how, n=int(d["n"].values[i]), statistics=stats,
+            op=c.groups[i][0], dtype=dt, hardware=c.groups[i][2],
+            requested_hardware=hardware, fallback=how, n=int(a["n"][i]), statistics=stats,
             scale=ScaleModel.from_dict(json.loads(sj)) if sj else None,
-            fp_budget=self.fp_budget, confidence=self.confidence, certificate=_certificate(d, i),
+            fp_budget=self.fp_budget, confidence=self.confidence, certificate=cert,
         )
 
 
@@ -415,7 +492,8 @@ class ToleranceTable:
 
         Floats are written with ``repr`` (shortest exact round trip); ``inf``/``nan``
         as the strings ``"inf"``/``"nan"``. Keys are sorted, so equal tables give equal
-        files.
+        files. Each group and the table carry a ``"checksum"`` (:meth:`checksums`), which
+        :func:`load_table` verifies.
         """
         from tolstat.calibration.review import table_json
 
@@ -425,8 +503,15 @@ class ToleranceTable:
         return text
 
     def to_netcdf(self, path: str | os.PathLike[str]) -> Path:
-        """Write the table's dataset to netCDF-4 (h5netcdf), atomically."""
-        return atomic_write(path, lambda tmp: self.data.to_netcdf(tmp, engine="h5netcdf"))
+        """Write the table's dataset to netCDF-4 (h5netcdf), atomically.
+
+        The file also holds the :meth:`checksums`: a per-group variable ``checksum`` and
+        the attribute ``checksum`` (:func:`load_table` verifies and removes them).
+        """
+        sums = self.checksums()
+        ds = self.data.assign(checksum=("group", np.array(sums["groups"], dtype=str)))
+        ds.attrs["checksum"] = sums["table"]
+        return atomic_write(path, lambda tmp: ds.to_netcdf(tmp, engine="h5netcdf"))
 
 
     def to_assert_close_kwargs(
@@ -466,22 +551,40 @@ class ToleranceTable:
         return out
 
 
-def load_table(path: str | os.PathLike[str]) -> ToleranceTable:
+def load_table(path: str | os.PathLike[str], *, verify: bool = True) -> ToleranceTable:
     """Read a table written by :meth:`ToleranceTable.to_json` or :meth:`~ToleranceTable.to_netcdf`.
 
     Every value is validated (:func:`~tolstat.calibration.table_format.check_table_data`): a table that could switch a
     check off (an infinite or negative threshold, a budget out of range, an unknown
-    statistic, ...) is refused.
+    statistic, a certificate without normalisers or with normalisers that are not finite
+    and positive or not the group's statistics, a scale model of an unknown form or with
+    negative coefficients, ...) is refused. With ``verify`` the checksums the writer
+    stored (:meth:`ToleranceTable.checksums`) are recomputed: a table whose stored fields
+    were edited after it was saved (normalisers multiplied by 1e6 are finite and positive,
+    but not what was calibrated) is refused, naming the groups. Tables saved before
+    checksums were written (no checksum at all) load as before.
+
+    Parameters
+    ----------
+    path : str or path-like
+        ``.json`` or ``.nc`` (``.nc4``, ``.h5``, ``.netcdf``).
+    verify : bool, default True
+        Verify the checksums. ``False`` accepts an edited table on purpose (its values are
+        still validated); saving it again writes new checksums.
 
     Raises
     ------
     FileNotFoundError
         No such file.
+    TypeError
+        ``verify`` is not a bool.
     ValueError
         A directory, an unknown extension, unreadable/truncated/corrupt content, not a
-        tolstat table, an unsupported schema version, or an invalid value; the message
-        names the file and the problem.
+        tolstat table, an unsupported schema version, an invalid value, or (``verify``)
+        a checksum that does not match; the message names the file and the problem.
     """
+    if not isinstance(verify, bool):
+        raise TypeError(f"verify must be True or False, got {verify!r}")
     p = Path(path)
     src = os.fspath(p)
     if not p.exists():
@@ -490,22 +593,36 @@ def load_table(path: str | os.PathLike[str]) -> ToleranceTable:
         raise ValueError(f"{src!r} is a directory, not a tolerance table file (.json or .nc)")
     suffix = p.suffix.lower()
     if suffix == ".json":
-        return _load_json(p, src)
-    if suffix not in (".nc", ".nc4", ".h5", ".netcdf"):
+        table, stored = _load_json(p, src)
+    elif suffix not in (".nc", ".nc4", ".h5", ".netcdf"):
         raise ValueError(f"{src!r}: a tolerance table ends in .json or .nc, got {p.suffix!r}")
+    else:
+        table, stored = _load_netcdf(p, src)
+    if verify:
+        _verify_checksums(table, *stored, src)
+    return table
+
+
+def _load_netcdf(p: Path, src: str) -> tuple[ToleranceTable, tuple[Any, list[Any]]]:
     try:
         ds = xr.open_dataset(p, engine="h5netcdf").load()
         ds.close()
     except Exception as exc:  # h5py/h5netcdf raise OSError, ValueError, KeyError...
         raise ValueError(f"cannot read {src!r} as a netCDF tolerance table (truncated or corrupt?): "
                          f"{type(exc).__name__}: {exc}") from exc
-    for v in ("op", "dtype", "hardware", "statistic", "method", "reason", "scale_json"):
+    for v in ("op", "dtype", "hardware", "statistic", "method", "reason", "scale_json", "certificate_json",
+              "checksum"):
         if v in ds.variables and ds[v].dtype.kind == "O":
             ds[v] = ds[v].astype(str)
-    return ToleranceTable(ds, source=src)
+    table_sum = ds.attrs.pop("checksum", None)
+    sums: list[Any] = [None] * ds.sizes.get("group", 0)
+    if "checksum" in ds.variables:
+        sums = [str(x) for x in ds["checksum"].values]
+        ds = ds.drop_vars("checksum")
+    return ToleranceTable(ds, source=src), (table_sum, sums)
 
 
-def _load_json(p: Path, src: str) -> ToleranceTable:
+def _load_json(p: Path, src: str) -> tuple[ToleranceTable, tuple[Any, list[Any]]]:
     try:
         d = json.loads(p.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -524,6 +641,40 @@ def _load_json(p: Path, src: str) -> ToleranceTable:
         prov = d.get("provenance", {})
         d["provenance"] = {**(prov if isinstance(prov, dict) else {}), "volatile": d["volatile"]}
     try:
-        return ToleranceTable.from_groups(d["groups"], d)
+        table = ToleranceTable.from_groups(d["groups"], d)
     except ValueError as exc:
         raise ValueError(f"{src!r}: {exc}") from exc
+    return table, (d.get("checksum"), [g.get("checksum") for g in d["groups"]])
+
+
+def _verify_checksums(table: ToleranceTable, table_sum: Any, group_sums: list[Any], src: str) -> None:
+    """Refuse a table whose stored fields do not match the checksums its writer stored."""
+    if table_sum is None and all(h is None for h in group_sums):
+        return  # written before checksums: nothing to verify (docs/errors.md)
+    where = f"tolerance table {src!r}"
+    keys = table._cols().groups
+
+    def name(i: int) -> str:
+        return f"group {keys[i]}"
+
+    for i, h in enumerate(group_sums):
+        if h is None:
+            raise ValueError(f"{where}: {name(i)} has no checksum, though the table has checksums (a group added "
+                             f"or changed by hand?); {_ACCEPT_EDIT}")
+        if not (isinstance(h, str) and h.startswith("sha256:")):
+            raise ValueError(f"{where}: {name(i)}: checksum must be a string 'sha256:<hex>', got {h!r}")
+    if not (isinstance(table_sum, str) and table_sum.startswith("sha256:")):
+        raise ValueError(f"{where}: the table checksum must be a string 'sha256:<hex>', got {table_sum!r} (the "
+                         f"groups have checksums); {_ACCEPT_EDIT}")
+    now = table.checksums()
+    edited = [i for i, (h, n) in enumerate(zip(group_sums, now["groups"])) if h != n]
+    if edited:
+        listed = ", ".join(str(keys[i]) for i in edited[:5]) + (f" and {len(edited) - 5} more" if len(edited) > 5
+                                                                 else "")
+        what = f"group {listed} was" if len(edited) == 1 else f"groups {listed} were"
+        raise ValueError(f"{where}: {what} edited after it was saved: the stored fields (thresholds, budgets, scale "
+                         f"model, certificate, ...) do not match the checksum written with them; {_ACCEPT_EDIT}")
+    if table_sum != now["table"]:
+        raise ValueError(f"{where}: the table settings or its list of groups were edited after it was saved "
+                         f"({', '.join(CHECKSUM_SETTINGS)}, or a group added or removed): they do not match the "
+                         f"table checksum; {_ACCEPT_EDIT}")

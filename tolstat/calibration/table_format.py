@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -58,8 +59,14 @@ def check_table_data(d: xr.Dataset, source: str | None = None) -> None:
     Checks: the variables and attributes exist; ``fp_budget`` in [1e-9, 0.5] and
     ``confidence`` in (0, 1); every statistic known; per statistic, a threshold that
     is finite and >= 0 (or NaN: a refused group, whose lookup raises), a budget and confidence in
-    (0, 1); ``n >= 1``; scale parameters finite and ``atol, rtol >= 0``; labels free of
-    control characters; no duplicate (op, dtype, hardware) group.
+    (0, 1); ``n >= 1``; the scale model: a known form, parameters finite, ``atol``,
+    ``rtol``, ``unit``, ``floor`` and the linear weights >= 0, power references > 0, a
+    baseline covariate named; the certificate against its typed form
+    (:func:`~tolstat.calibration.certificate.check_table_certificate`: normalisers finite,
+    > 0 and consistent with the group's statistic, present where a check needs them);
+    labels free of control characters; no duplicate (op, dtype, hardware) group.
+
+    The time is linear in the number of groups.
 
     Raises
     ------
@@ -92,8 +99,8 @@ def check_table_data(d: xr.Dataset, source: str | None = None) -> None:
         fail(f"unknown statistic(s) {unknown}; known: {sorted(REGISTRY)}")
     groups = list(zip(*(map(str, d[k].values) for k in ("op", "dtype", "hardware"))))
     if len(set(groups)) != len(groups):
-        dup = sorted({g for g in groups if groups.count(g) > 1})
-        fail(f"duplicate (op, dtype, hardware) groups {dup}")
+        seen = Counter(groups)
+        fail(f"duplicate (op, dtype, hardware) groups {sorted(g for g, c in seen.items() if c > 1)}")
     for g in groups:
         for label, v in zip(("op", "dtype", "hardware"), g):
             try:
@@ -101,23 +108,45 @@ def check_table_data(d: xr.Dataset, source: str | None = None) -> None:
             except ValueError as exc:
                 fail(str(exc))
     thr = np.asarray(d["threshold"].values, dtype=np.float64)
-    for (i, j), t in np.ndenumerate(thr):
-        t = float(t)
+    bud = np.asarray(d["budget"].values, dtype=np.float64)
+    conf = np.asarray(d["stat_confidence"].values, dtype=np.float64)
+    with np.errstate(invalid="ignore"):  # a NaN threshold is a refused group (its lookup raises): not checked
+        bad_thr = ~np.isnan(thr) & ~(np.isfinite(thr) & (thr >= 0))
+        bad_bud = ~np.isnan(thr) & ~((bud > 0.0) & (bud < 1.0))
+        bad_conf = ~np.isnan(thr) & ~((conf > 0.0) & (conf < 1.0))
+    bad = bad_thr | bad_bud | bad_conf
+    if bad.any():  # the first bad (group, statistic), its first bad field
+        i, j = np.unravel_index(int(np.argmax(bad)), bad.shape)
         name = f"group {groups[i]} statistic {stats[j]!r}"
-        if math.isnan(t):  # a refused group: looking it up raises (KeyError with the reason)
-            continue
-        if not math.isfinite(t) or t < 0:
-            fail(f"{name}: threshold must be a finite number >= 0, got {t!r}")
-        for var, label in (("budget", "budget"), ("stat_confidence", "confidence")):
-            v = float(d[var].values[i, j])
-            if not (0.0 < v < 1.0):
-                fail(f"{name}: {label} must lie in (0, 1), got {v!r}")
+        if bad_thr[i, j]:
+            fail(f"{name}: threshold must be a finite number >= 0, got {float(thr[i, j])!r}")
+        label, v = ("budget", bud[i, j]) if bad_bud[i, j] else ("confidence", conf[i, j])
+        fail(f"{name}: {label} must lie in (0, 1), got {float(v)!r}")
     n = np.asarray(d["n"].values)
     if n.dtype.kind not in "iu" or (n < 1).any():
         fail(f"'n' (calibration runs) must be integers >= 1, got {n.tolist()[:5]}")
     for i, sj in enumerate(map(str, d["scale_json"].values)):
         if sj:
             _check_scale(sj, f"group {groups[i]}", fail)
+    if "certificate_json" in d.variables:
+        main = next((j for j, s in enumerate(stats) if s != "bias"), 0)
+        for i, cj in enumerate(map(str, d["certificate_json"].values)):
+            if cj:
+                _check_certificate(cj, groups[i], stats[main], not math.isnan(float(thr[i, main])), fail)
+
+
+def _check_certificate(cj: str, group: tuple[str, str, str], statistic: str, certified: bool, fail: Any) -> None:
+    from tolstat.calibration.certificate import check_table_certificate
+
+    name = f"group {group}"
+    try:
+        cert = json.loads(cj)
+    except (ValueError, RecursionError) as exc:
+        fail(f"{name}: certificate is not valid JSON ({type(exc).__name__})")
+    try:
+        check_table_certificate(cert, op=group[0], statistic=statistic, certified=certified)
+    except ValueError as exc:
+        fail(f"{name}: {exc}")
 
 
 def _check_scale(sj: str, name: str, fail: Any) -> None:
@@ -127,9 +156,16 @@ def _check_scale(sj: str, name: str, fail: Any) -> None:
         fail(f"{name}: scale model is not valid JSON ({type(exc).__name__})")
     if not isinstance(sd, dict) or "form" not in sd:
         fail(f"{name}: scale model must be an object with a 'form'")
+    from tolstat.models.scale import FORMS
+
+    if sd["form"] not in FORMS:
+        fail(f"{name}: scale form {sd['form']!r} is not one of {FORMS}")
+    for k in ("linear", "power"):
+        if sd.get(k) is not None and not isinstance(sd[k], dict):
+            fail(f"{name}: scale {k} must be an object {{covariate: ...}}, got {sd[k]!r}")
     nums = [(k, sd.get(k)) for k in _NUM_SCALE if k in sd]
-    nums += [(f"linear[{k!r}]", v) for k, v in dict(sd.get("linear") or {}).items()]
-    for k, v in dict(sd.get("power") or {}).items():
+    nums += [(f"linear[{k!r}]", v) for k, v in (sd.get("linear") or {}).items()]
+    for k, v in (sd.get("power") or {}).items():
         if not isinstance(v, (list, tuple)) or len(v) != 2:
             fail(f"{name}: scale power[{k!r}] must be [exponent, reference], got {v!r}")
         nums += [(f"power[{k!r}][0]", v[0]), (f"power[{k!r}][1]", v[1])]
@@ -140,5 +176,9 @@ def _check_scale(sj: str, name: str, fail: Any) -> None:
             fail(f"{name}: scale {k}: {exc}")
         if not math.isfinite(f):
             fail(f"{name}: scale {k} must be finite, got {v!r}")
-        if k in ("atol", "rtol", "unit", "floor") and f < 0:
+        if (k in _NUM_SCALE or k.startswith("linear[")) and f < 0:
             fail(f"{name}: scale {k} must be >= 0, got {v!r}")
+        if k.startswith("power[") and k.endswith("[1]") and f <= 0:
+            fail(f"{name}: scale {k} (reference) must be > 0, got {v!r}")
+    if sd["form"] == "baseline" and not (isinstance(sd.get("baseline"), str) and sd["baseline"]):
+        fail(f"{name}: scale baseline must name the covariate of the baseline error, got {sd.get('baseline')!r}")

@@ -212,7 +212,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from tolstat import load_table
     from tolstat.calibration.review import show_table
 
-    print(show_table(load_table(args.table), name=args.table))
+    print(show_table(load_table(args.table, verify=not args.no_verify), name=args.table))
     return 0
 
 
@@ -220,7 +220,9 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     from tolstat import load_table
     from tolstat.calibration.review import diff_tables
 
-    print(diff_tables(load_table(args.old), load_table(args.new), names=(args.old, args.new),
+    verify = not args.no_verify
+    print(diff_tables(load_table(args.old, verify=verify), load_table(args.new, verify=verify),
+                      names=(args.old, args.new),
                       changed_only=args.changed_only))
     return 0
 
@@ -361,6 +363,10 @@ def _add_data_commands(sub: Any) -> None:
     c.set_defaults(func=_cmd_collect)
 
 
+_NO_VERIFY = ("read a table whose stored fields were edited after it was saved (checksum mismatch; its values "
+              "are still validated), e.g. to review the edit")
+
+
 def _add_table_commands(sub: Any) -> None:
     """Subcommands around tolerance tables: ``calibrate``, ``check``, ``merge``, ``show``, ``diff``."""
     k = sub.add_parser("calibrate", help="select thresholds under a false-positive budget -> TABLE.json")
@@ -405,11 +411,14 @@ def _add_table_commands(sub: Any) -> None:
     m.set_defaults(func=_cmd_merge)
     w = sub.add_parser("show", help="list a tolerance table per group (thresholds also as atol/rtol)")
     w.add_argument("table", help="TABLE.json or .nc")
+    w.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     w.set_defaults(func=_cmd_show)
-    f = sub.add_parser("diff", help="per-group changes between two tolerance tables (for review)")
+    f = sub.add_parser("diff", help="per-group changes between two tolerance tables (for review): thresholds, "
+                       "budgets, methods, scale models and certificates")
     f.add_argument("old")
     f.add_argument("new")
     f.add_argument("--changed-only", action="store_true", help="leave out unchanged groups")
+    f.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     f.set_defaults(func=_cmd_diff)
 
 
