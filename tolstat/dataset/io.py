@@ -10,7 +10,7 @@ import numpy as np
 import xarray as xr
 
 from tolstat._base.util import atomic_write
-from tolstat.dataset.schema import GROUP_DIMS, validate
+from tolstat.dataset.schema import GROUP_DIMS, normalize_labels, validate
 
 __all__ = ["save", "open_errors", "format_for"]
 
@@ -38,7 +38,12 @@ def format_for(path: str | os.PathLike[str]) -> str:
 
 
 def _plain(ds: xr.Dataset) -> xr.Dataset:
-    """Drop a multi-index over op/dtype/hardware (set by ``tolstat.dataset.indexed``)."""
+    """Drop a multi-index over op/dtype/hardware (set by ``tolstat.dataset.indexed``).
+
+    A dataset without a ``run`` dimension is returned as it is (:func:`validate` names
+    what it lacks)."""
+    if "run" not in ds.dims:
+        return ds
     if "run" in ds.indexes and ds.indexes["run"].__class__.__name__ == "MultiIndex":
         ds = ds.reset_index("run").drop_vars(["run", "pos"], errors="ignore")
     n = ds.sizes["run"]
@@ -54,6 +59,9 @@ def save(ds: xr.Dataset, path: str | os.PathLike[str], *, encoding: Mapping[str,
 
     The data are written to a temporary file next to ``path`` and renamed onto it only
     when complete, so a failed or interrupted save leaves any previous file intact.
+    String labels are written by the label encoding rule
+    (:func:`tolstat.dataset.schema.normalize_labels`): their stored width comes from their
+    values, never from an encoding recorded when they were read.
 
     Parameters
     ----------
@@ -69,12 +77,23 @@ def save(ds: xr.Dataset, path: str | os.PathLike[str], *, encoding: Mapping[str,
     -------
     pathlib.Path
         The destination path.
+
+    Raises
+    ------
+    TypeError
+        ``ds`` is not an ``xarray.Dataset``.
+    ValueError
+        An unknown extension, or ``ds`` is not a valid error dataset (the message names
+        what is missing, e.g. the ``tolstat_schema`` attribute or the ``run`` dimension);
+        nothing is written.
+    FileNotFoundError
+        The folder of ``path`` does not exist.
     """
     if not isinstance(ds, xr.Dataset):
         raise TypeError(f"save needs an error dataset (xarray.Dataset), got {type(ds).__name__}")
     dest = Path(path)
     fmt = format_for(dest)
-    ds = validate(_plain(ds), deep=False)
+    ds = normalize_labels(validate(_plain(ds), deep=False))
     if dest.is_dir() and not dest.is_symlink() and fmt == "netcdf":
         raise ValueError(f"{os.fspath(dest)!r} is a directory; a netCDF dataset is a file")
     if not dest.parent.exists():

@@ -17,7 +17,11 @@ import numpy as np
 
 from tolstat.dataset.schema import DEFAULT_SAMPLE_SIZE
 
-__all__ = ["CollectOptions", "Store"]
+__all__ = ["CollectOptions", "Store", "MAX_SAMPLE_SIZE"]
+
+#: the largest ``CollectOptions.sample_size``: element-wise errors kept per run (four float64
+#: sample arrays of this length are 512 MiB per run; a typo like ``10**11`` would ask for TiB)
+MAX_SAMPLE_SIZE = 2**24
 
 
 def _short(value: Any) -> str:
@@ -60,7 +64,7 @@ class CollectOptions:
     covariates : mapping, optional
         Covariates shared by all runs (per-run ones win).
     sample_size : int, default 4096
-        Element-wise errors kept per run.
+        Element-wise errors kept per run, at most :data:`MAX_SAMPLE_SIZE` (``2**24``).
     rel_floor : float, optional
         Floor of the relative error's denominator (see :func:`tolstat.error_metrics`);
         default: the target dtype's smallest normal number.
@@ -100,6 +104,9 @@ class CollectOptions:
         _mapping("CollectOptions.labels", self.labels)
         _mapping("CollectOptions.covariates", self.covariates)
         _positive_int("CollectOptions.sample_size", self.sample_size)
+        if int(self.sample_size) > MAX_SAMPLE_SIZE:
+            raise ValueError(f"CollectOptions.sample_size must be at most {MAX_SAMPLE_SIZE} (2**24) elements "
+                             f"per run, got {int(self.sample_size)}")
         if self.rel_floor is not None:
             if isinstance(self.rel_floor, (bool, np.bool_)) or not isinstance(
                     self.rel_floor, (int, float, np.integer, np.floating)):

@@ -39,6 +39,8 @@ __all__ = [
     "reference_fingerprint",
     "run_units",
     "RunUnits",
+    "STRING_ENCODING_KEYS",
+    "normalize_labels",
 ]
 
 SCHEMA_VERSION = 1
@@ -143,17 +145,27 @@ def run_units(ds: xr.Dataset, cluster: str | None = None, groups: np.ndarray | N
     runs are not independent draws. Both relations join (connected components), within
     each of ``groups`` (integer codes per run; default one group).
 
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        An error dataset.
+    cluster : str, optional
+        A run label of ``ds``: one of :data:`SYSTEM_LABELS` or of the free-form labels
+        listed in ``ds.attrs["labels"]`` (:func:`label_names`). Run statistics,
+        covariates and other variables are not labels.
+    groups : numpy.ndarray of int, optional
+        Group code per run; runs of different groups are never one unit.
+
     Raises
     ------
     ValueError
-        ``cluster`` is not a run label of ``ds``.
+        ``cluster`` is not a run label of ``ds`` (the message names the value, what it is
+        and the labels there are).
     """
     n = int(ds.sizes["run"])
     keys, by = [], []
     if cluster is not None:
-        if cluster not in ds.variables or ds[cluster].dims != ("run",):
-            raise ValueError(f"cluster={cluster!r} is not a run label of the error dataset; labels are "
-                             f"{label_names(ds)}")
+        _check_label(ds, cluster, "cluster")
         keys.append(np.asarray(ds[cluster].values).astype(str))
         by.append(f"cluster {cluster!r}")
     if FINGERPRINT in ds:
@@ -186,10 +198,93 @@ def label_names(ds: xr.Dataset) -> list[str]:
     return [x for x in str(s).split(",") if x]
 
 
+def _check_label(ds: xr.Dataset, name: Any, argument: str) -> None:
+    """Raise a ``ValueError`` unless ``name`` is a run label of ``ds`` (system or listed label)."""
+    labels = [*SYSTEM_LABELS, *label_names(ds)]
+    if isinstance(name, str) and name in labels and name in ds.variables and ds[name].dims == ("run",):
+        return
+    if not isinstance(name, str) or name not in ds.variables:
+        what = "not a variable"
+    elif name in covariate_names(ds):
+        what = "a covariate"
+    elif name in RUN_STATS:
+        what = "a run statistic"
+    elif name in labels:
+        what = f"a label with dims {ds[name].dims}, not ('run',)"
+    else:
+        what = "a variable"
+    raise ValueError(f"{argument}={name!r} is not a run label of the error dataset ({what}); labels are "
+                     f"{labels}")
+
+
 def covariate_names(ds: xr.Dataset) -> list[str]:
     """Covariate names of a dataset, built-in ones first."""
     s = ds.attrs.get("covariates", "")
     return [x for x in str(s).split(",") if x]
+
+
+#: encoding keys that fix how a string is stored (its width, its type, a fill value): a
+#: reader records them (``<U7`` from a file whose longest label had 7 characters, the
+#: character dimension of a netCDF char array, a zarr fixed-length dtype); kept, they would
+#: cut longer labels on the next write. :func:`normalize_labels` drops them.
+STRING_ENCODING_KEYS = ("dtype", "char_dim_name", "_Encoding", "_FillValue", "missing_value",
+                        "fill_value", "object_codec", "original_shape")
+
+
+def _as_text(var: xr.Variable) -> np.ndarray | None:
+    """The values of ``var`` as a numpy unicode array wide enough for each, or None for non-text."""
+    kind = var.dtype.kind
+    if kind == "U":
+        return None  # already unicode, as wide as its longest value (dask too: concat promotes)
+    if kind not in "SO":
+        return None
+    v = np.asarray(var.values)
+    if kind == "S":
+        return np.char.decode(v, "utf-8")
+    flat = v.ravel().tolist()
+    if not flat or not all(isinstance(x, (str, bytes)) for x in flat):
+        return None
+    return np.array([x.decode("utf-8") if isinstance(x, bytes) else x for x in flat], dtype=str).reshape(v.shape)
+
+
+def normalize_labels(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with its string labels stored by the one label encoding rule (``docs/schema.md``).
+
+    Every variable along ``run`` that holds text (the labels ``op``, ``dtype``,
+    ``hardware``, ``platform``, ``shape``, the free-form labels and any other string
+    variable) becomes a numpy unicode array as wide as its longest value (UTF-8 bytes
+    and Python strings are decoded) and loses the encoding keys
+    :data:`STRING_ENCODING_KEYS`, so that a writer derives the stored width from the
+    values. :func:`concat` (and so :func:`~tolstat.dataset.merge.merge_records`) and
+    :func:`tolstat.save` apply it: labels of several files of different widths
+    round-trip exactly. Other encodings (chunks, compression) and all other variables
+    are kept; ``ds`` itself is not modified.
+
+    Parameters
+    ----------
+    ds : xarray.Dataset
+        An error dataset (or any dataset with a ``run`` dimension).
+
+    Returns
+    -------
+    xarray.Dataset
+    """
+    coords: dict[Any, xr.Variable] = {}
+    data: dict[Any, xr.Variable] = {}
+    for name, var in ds.variables.items():
+        if var.dims != ("run",) or name in ds.xindexes:
+            continue
+        text = _as_text(var)
+        if text is None and (var.dtype.kind != "U" or not set(var.encoding) & set(STRING_ENCODING_KEYS)):
+            continue  # not text, or unicode with nothing stale
+        new = var.copy(deep=False, data=text) if text is not None else var.copy(deep=False)
+        new.encoding = {k: v for k, v in var.encoding.items() if k not in STRING_ENCODING_KEYS}
+        (coords if name in ds.coords else data)[name] = new
+    if coords:
+        ds = ds.assign_coords(coords)
+    if data:
+        ds = ds.assign(data)
+    return ds
 
 
 def _fail(msg: str, source: str | None) -> None:
@@ -364,6 +459,9 @@ def drop_duplicate_runs(ds: xr.Dataset, *, warn: bool = True) -> xr.Dataset:
 def concat(datasets: Iterable[xr.Dataset]) -> xr.Dataset:
     """Concatenate error datasets from several collections along ``run``.
 
+    String labels follow the label encoding rule (:func:`normalize_labels`): each is as
+    wide as its longest value in any input, with no stored width kept from the first.
+
     Raises
     ------
     ValueError
@@ -398,6 +496,8 @@ def concat(datasets: Iterable[xr.Dataset]) -> xr.Dataset:
         prov.extend(json.loads(d.attrs.get("provenance", "[]")))
     out = xr.concat(padded, dim="run", data_vars="all", coords="different", compat="equals",
                     join="outer", combine_attrs="drop")
+    # the first dataset's string encodings (a reader's <U7) would cut longer labels of the others
+    out = normalize_labels(out)
     for name in out.data_vars:  # attrs from the first dataset that has the variable
         first = next((d for d in dss if name in d.data_vars), None)
         if first is not None:

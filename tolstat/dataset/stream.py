@@ -22,6 +22,9 @@ dimension is trimmed as :func:`tolstat.dataset.records.build_dataset` trims it, 
 and the metadata consolidated; the result opens with :func:`tolstat.open_errors` and
 equals ``tolstat.collect(...)`` with the same arguments (operator statistics of
 ``CollectOptions(magnitude=..., rowwise=...)`` included) except for provenance.
+Finalizing is re-runnable from any point (:func:`_finalize`): label arrays are staged in
+the side group and swapped in by renames, and the manifest is marked complete last, so a
+collection killed while finalizing is finished by the next call.
 
 A lock file ``.<store name>.lock`` next to the store keeps two processes from writing the
 same store. Durability is against process crashes (SIGKILL, OOM, exceptions); chunk data
@@ -297,22 +300,72 @@ def _write_block(arrays: Mapping[str, Any], block: list[tuple[int, RunRecord]], 
     arrays["run_index"][sl] = np.array([r.run_index for r in recs])
 
 
+#: folder of the side group where :func:`_finalize` stages rewritten label arrays (not a zarr node)
+STAGE = "finalize"
+
+
+def _label_is(path: Path, values: np.ndarray) -> bool:
+    """True if ``path`` is a complete zarr array holding exactly the final label ``values``."""
+    import zarr
+
+    try:
+        arr = zarr.open_array(str(path), mode="r", zarr_format=2)
+        return (dict(arr.attrs) == {"_ARRAY_DIMENSIONS": ["run"]} and arr.dtype == values.dtype
+                and arr.shape == values.shape and arr.nchunks_initialized == arr.nchunks
+                and bool(np.array_equal(np.asarray(arr[:]), values)))
+    except Exception:  # absent, torn or foreign: not final
+        return False
+
+
+def _replace_label(store: Path, name: str, values: np.ndarray, chunks: tuple[int, ...]) -> None:
+    """Make the store's array ``name`` hold ``values``, re-runnable from any crash.
+
+    The new array is written in full to ``SIDE/finalize/<name>``; the old one is renamed
+    away to ``SIDE/finalize/<name>.old`` and the new one renamed into place (two
+    renames; the store's node is the old array, absent, or the new complete one, never
+    torn), then the old one is deleted. A re-run after a crash at any step finds the
+    final array in place (nothing to do) or writes the staged copy again.
+    """
+    import zarr
+
+    dest = store / name
+    stage_dir = store / SIDE / STAGE
+    stage, old = stage_dir / name, stage_dir / f"{name}.old"
+    if not _label_is(dest, values):
+        remove_tree(stage)  # a copy staged by a killed run may be torn
+        stage_dir.mkdir(parents=True, exist_ok=True)
+        with zarr.config.set({"array.write_empty_chunks": True}):
+            new = zarr.create_array(str(stage), shape=values.shape, dtype=values.dtype, chunks=chunks,
+                                    zarr_format=2, attributes={"_ARRAY_DIMENSIONS": ["run"]})
+            _write_empty(new)[:] = values
+        if dest.exists():
+            remove_tree(old)
+            os.replace(dest, old)
+        os.replace(stage, dest)
+    remove_tree(old)
+
+
 def _finalize(store: Path, manifest: dict[str, Any], log: Mapping[int, Mapping[str, str]]) -> None:
-    """Labels from the log, trim ``sample``, provenance, consolidate. Idempotent."""
+    """Labels from the log, trim ``sample``, provenance, consolidate; mark the manifest complete.
+
+    Idempotent and resumable: every step either is done already (and is skipped) or can
+    be done again, from whatever a crash at any point left (the log, the source of every
+    label, is never changed). Labels are swapped in by :func:`_replace_label`; the
+    manifest is marked complete last, so an interrupted finalize is redone by the next
+    ``collect`` with the same arguments.
+    """
     import zarr
 
     runs = manifest["runs"]
     g = _zarr_group(store)
-    arrays = _arrays(g)
     label_names = [x for x in str(g.attrs.get("labels", "")).split(",") if x]
+    # the pre-allocated arrays' chunking along run (_create_store)
+    chunks = (min(runs, 8 * int(manifest.get("chunk_runs", Store.chunk_runs))),)
     for name in list(STRING_LABELS) + label_names:
         values = np.array([log[i][name] for i in range(runs)], dtype=str)
-        old = arrays[name]
-        with zarr.config.set({"array.write_empty_chunks": True}):
-            new = g.create_array(name, shape=values.shape, dtype=values.dtype,
-                                 chunks=old.chunks, overwrite=True,
-                                 attributes={"_ARRAY_DIMENSIONS": ["run"]})
-        _write_empty(new)[:] = values
+        _replace_label(store, name, values, chunks)
+    remove_tree(store / SIDE / STAGE)
+    arrays = _arrays(_zarr_group(store))
     n_sample = np.asarray(arrays["n_sample"][:])
     k = min(int(manifest["sample_size"]), max(int(n_sample.max()), 1))
     for name in SAMPLE_VARS:
