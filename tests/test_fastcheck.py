@@ -38,20 +38,12 @@ def _general(a, e, dt, table):
     return check_metrics(error_metrics(a, e, dtype=dt), a, e, ent, None)
 
 
-def _same(fast, ref, approx=("bias",)):
+def _same(fast, ref):
+    """Every field equal (the fused sums are numpy's pairwise sums: ``bias`` too is exact)."""
     fast, r = dataclasses.asdict(fast), dataclasses.asdict(ref)
     assert set(fast) == set(r)
     for k, v in r.items():
-        if k in ("statistics", "ratios", "probabilities"):
-            assert fast[k].keys() == v.keys()
-            for s in v:
-                if s in approx:
-                    assert fast[k][s] == pytest.approx(v[s], rel=1e-9, abs=1e-300), (k, s)
-                else:
-                    assert fast[k][s] == v[s], (k, s)
-        elif k == "notes" and "bias" in v:
-            assert fast[k].keys() == v.keys()
-        elif isinstance(v, float) and math.isnan(v):
+        if isinstance(v, float) and math.isnan(v):
             assert math.isnan(fast[k]), k
         else:
             assert fast[k] == v, k
@@ -72,12 +64,8 @@ def test_fast_path_equals_general_path(tables, dt, np_dt, stats, scale):
     fast = fast_check(a, e, ent, None)
     assert fast is not None
     ref = _general(a, e, dt, table)
-    if fast.passed:  # a fast pass is final and equals the general path
-        _same(fast, ref)
-        assert tolstat.check(a, e, op="add", dtype=dt, table=table) == fast
-    else:  # a fast failure is re-checked on the general path (correctly rounded elements pass)
-        assert tolstat.check(a, e, op="add", dtype=dt, table=table) == ref
-    assert ref.passed or not fast.passed  # the fast path never passes what the general path fails
+    _same(fast, ref)  # passed or failed, the fast result is final and equals the general path
+    assert tolstat.check(a, e, op="add", dtype=dt, table=table) == fast
     if scale != 1.0:
         assert not ref.passed and ref.n_exceeding > 0 and not fast.passed
     elif "bias" not in stats:  # a correctly rounded output always passes a max-error check

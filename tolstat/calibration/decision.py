@@ -35,7 +35,8 @@ from tolstat.measure.metrics import ErrorMetrics
 from tolstat.models.statistics import correctly_rounded
 from tolstat.models.statistics import get as get_statistic
 
-__all__ = ["run_values", "pair_value", "exceeds", "ratio", "pair_is_correctly_rounded", "entry_run_values", "entry_failed_runs"]
+__all__ = ["run_values", "pair_value", "exceeds", "ratio", "ratio_value", "pair_is_correctly_rounded", "entry_run_values",
+           "entry_failed_runs"]
 
 
 def _run_correctly_rounded(ds: Any) -> np.ndarray:
@@ -110,6 +111,8 @@ def exceeds(value: Any, threshold: float) -> Any:
     A NaN value (no statistic of the combined score applies to the run) does not fail;
     ``inf`` (non-finite output) always does.
     """
+    if type(value) is float and type(threshold) is float:  # one check: the same comparison, no array
+        return value > threshold
     return np.greater(value, threshold)
 
 
@@ -124,3 +127,20 @@ def ratio(x: Any, thr: float) -> np.ndarray:
         r = x / thr
     over = exceeds(x, thr)
     return np.where(over, np.maximum(r, np.nextafter(1.0, 2.0)), np.where(np.isnan(x), np.nan, np.minimum(r, 1.0)))
+
+
+_ABOVE_ONE = float(np.nextafter(1.0, 2.0))
+
+
+def ratio_value(x: float, thr: float) -> float:
+    """:func:`ratio` of one value, as a float: the same number (``float(ratio(x, thr))``,
+    tested on the edge cases), without the arrays (a check's per-call cost)."""
+    x, thr = float(x), float(thr)
+    if thr == 0.0:
+        return math.inf if x > 0 else (math.nan if math.isnan(x) else 0.0)
+    r = x / thr
+    if x > thr:  # exceeds(x, thr); r is not NaN here
+        return max(r, _ABOVE_ONE)
+    if math.isnan(x):
+        return math.nan
+    return min(r, 1.0)  # NaN stays NaN (inf / inf, a NaN threshold), as numpy.minimum

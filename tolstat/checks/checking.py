@@ -17,16 +17,17 @@ import numpy as np
 
 from tolstat._base import validate as _validate
 from tolstat._base.util import group_rows
-from tolstat._base.dtypes import canonical_dtype
+from tolstat._base.dtypes import canonical_dtype, target_dtype, unit_roundoff
 from tolstat.dataset.schema import BUILTIN_COVARIATES
 from tolstat.measure.metrics import ErrorMetrics, as_array, error_metrics
 from tolstat.models.statistics import get as get_statistic
 from tolstat.measure.metrics import metric_covariates
 from tolstat.models.statistics import pair_op_statistics
-from tolstat.measure.noise import combined_score, noise_scale
+from tolstat.measure.noise import PLAIN_SHAPE, combined_score, noise_scale
 from tolstat.calibration.table import ToleranceEntry, ToleranceTable
 from tolstat.calibration.decision import entry_failed_runs, pair_is_correctly_rounded, pair_value
-from tolstat.checks.fast import cached_entry, fast_check
+from tolstat.checks.fast import cached_entry, cached_plan, cr_mode, fast_check, finish_cr, unravel
+from tolstat.measure.fused import check_pass, format_layout
 from tolstat.checks.result import CheckResult
 
 __all__ = ["check", "check_runs", "check_metrics", "assert_close"]
@@ -93,14 +94,18 @@ def check(
     if not isinstance(table, ToleranceTable):
         raise TypeError(f"table must be a ToleranceTable, got {type(table).__name__}")
     dt = canonical_dtype(dtype)
-    ent = cached_entry(table, op, dt, hardware, hardware_policy=hardware_policy)
+    plan = cached_plan(table, op, dt, hardware, hardware_policy=hardware_policy)
+    ent = plan.entry
     a = as_array(actual, name="actual")
     e = as_array(expected, name="expected")
     covariates = _validate.covariates(covariates, computed=BUILTIN_COVARIATES)
-    fast = fast_check(a, e, ent, covariates)  # one fused pass where the entry allows it
-    # a fast pass is final; a fast failure is re-checked on the general path, which also
-    # lets elements equal to the correctly rounded reference pass (check_metrics)
-    if fast is not None and fast.passed:
+    # one fused pass where the entry and the pair allow it; its result, passed or failed, is
+    # the general path's (check_metrics, the definition) bit for bit (tests/test_fastcheck.py)
+    if ent.operator:
+        fast = _fast_operator(a, e, ent, covariates, magnitude)
+    else:
+        fast = fast_check(a, e, plan, covariates)
+    if fast is not None:
         return fast
     m = error_metrics(a, e, dtype=dt, allow_nan=allow_nan)
     return check_metrics(m, a, e, ent, covariates, magnitude=magnitude)
@@ -174,6 +179,33 @@ def _check_operator(m: ErrorMetrics, actual: Any, expected: Any, ent: ToleranceE
     """Check against an operator-form entry: the combined score and each statistic's share."""
     cert = ent.certificate or {}
     mag, K = _op_inputs(ent, covariates, magnitude)
+    thr = ent.statistics["op_score"].threshold
+    q = dict(cert["normalisers"])
+    sc = noise_scale(np.asarray(expected, dtype=np.float64), dtype=ent.dtype, magnitude=mag, K=K)
+    sc = sc.ravel()
+    z = np.where(np.asarray(m.nonfinite).ravel(), np.inf, np.asarray(m.abs).ravel() / sc)
+    z = np.where(np.isnan(z), 0.0, z)
+    worst = int(np.argmax(z)) if z.size else 0
+    allowed = thr * q.get("op_max", math.inf) * sc
+    shape = m.shape
+    where = dict(
+        worst_index=tuple(int(i) for i in np.unravel_index(worst, shape)) if shape else (),
+        worst_actual=float(np.asarray(actual, dtype=np.float64).ravel()[worst]) if z.size else math.nan,
+        worst_expected=float(np.asarray(expected, dtype=np.float64).ravel()[worst]) if z.size else math.nan,
+        worst_error=float(m.abs.ravel()[worst]) if z.size else 0.0,
+        worst_allowed=float(allowed[worst]) if z.size else math.nan,
+        n_elements=m.n_elements, n_exceeding=int(np.sum(m.abs.ravel() > allowed)), n_nonfinite=m.n_nonfinite,
+        correctly_rounded=pair_is_correctly_rounded(m),
+    )
+    return _operator_result(m, actual, expected, ent, mag, K, where)
+
+
+def _operator_result(m: Any, actual: Any, expected: Any, ent: ToleranceEntry, mag: Any, K: float,
+                     where: dict[str, Any]) -> CheckResult:
+    """The result of an operator-form check: the statistics of the pair (``m.ulp`` gives
+    the correctly rounded rule of :func:`tolstat.models.statistics.pair_op_statistics`),
+    their combined score, and the worst element (``where``)."""
+    cert = ent.certificate or {}
     stats = pair_op_statistics(actual, expected, m, dtype=ent.dtype, magnitude=mag, K=K,
                                rowwise=bool(cert.get("rowwise", False)), op=ent.op)
     q = dict(cert["normalisers"])
@@ -182,26 +214,69 @@ def _check_operator(m: ErrorMetrics, actual: Any, expected: Any, ent: ToleranceE
     s, which = float(s), str(which)
     values = {"op_score": s, **{k: float(stats[k]) for k in q}}
     thresholds = {"op_score": thr, **{k: thr * q[k] for k in q}}
-    sc = noise_scale(np.asarray(expected, dtype=np.float64), dtype=ent.dtype, magnitude=mag, K=K)
-    sc = sc.ravel()
-    z = np.where(np.asarray(m.nonfinite).ravel(), np.inf, np.asarray(m.abs).ravel() / sc)
-    z = np.where(np.isnan(z), 0.0, z)
-    worst = int(np.argmax(z)) if z.size else 0
-    allowed = thr * q.get("op_max", math.inf) * sc
     note = ("no probability quoted: the threshold is an order statistic of the combined score"
             + (f"; {which} trips first" if which else ""))
-    shape = m.shape
     return CheckResult.of_entry(
         ent, values, thresholds, probabilities={k: math.nan for k in values}, notes={k: note for k in values},
         decisive="op_score", methods={k: ent.statistics["op_score"].method for k in values},
-        worst_index=tuple(int(i) for i in np.unravel_index(worst, shape)) if shape else (),
-        worst_actual=float(np.asarray(actual, dtype=np.float64).ravel()[worst]) if z.size else math.nan,
-        worst_expected=float(np.asarray(expected, dtype=np.float64).ravel()[worst]) if z.size else math.nan,
-        worst_error=float(m.abs.ravel()[worst]) if z.size else 0.0,
-        worst_allowed=float(allowed[worst]) if z.size else math.nan,
-        n_elements=m.n_elements, n_exceeding=int(np.sum(m.abs.ravel() > allowed)), n_nonfinite=m.n_nonfinite,
-        atol=math.nan, rtol=math.nan, correctly_rounded=pair_is_correctly_rounded(m),
+        atol=math.nan, rtol=math.nan, **where,
     )
+
+
+class _RoundedFlag:
+    """What :func:`tolstat.models.statistics.pair_op_statistics` reads of the metrics
+    (``ulp``: its maximum is 0 exactly for a correctly rounded output), for the fast path."""
+
+    __slots__ = ("ulp",)
+
+    def __init__(self, correctly_rounded: bool) -> None:
+        self.ulp = np.zeros(1) if correctly_rounded else np.ones(1)
+
+
+def _fast_operator(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry, covariates: Mapping[str, Any] | None,
+                   magnitude: Any) -> CheckResult | None:
+    """:func:`_check_operator` of a finite pair in one fused pass for the worst element, the
+    exceedance count and the correctly rounded flag (instead of the element-wise metrics
+    and the noise scale); None where the general path is needed (it raises the errors)."""
+    _validate.float_array("actual", a)
+    _validate.float_array("expected", e)
+    if a.shape != e.shape or a.size == 0:
+        return None
+    try:
+        mag, K = _op_inputs(ent, covariates, magnitude)
+        K = float(K)
+        if not (math.isfinite(K) and K >= 0):
+            return None
+        mflat = None
+        if mag is not None:
+            mg = as_array(mag, name="magnitude")
+            if mg.dtype.kind in "bOSUMc":
+                return None
+            mflat = np.ravel(np.broadcast_to(np.asarray(mg, dtype=np.float64), e.shape))
+    except (ValueError, TypeError):
+        return None
+    cert = ent.certificate or {}
+    td = target_dtype(ent.dtype)
+    u_out, u_acc = unit_roundoff(td.name), unit_roundoff("float32")
+    sh = PLAIN_SHAPE  # noise_scale's default shape, in its order of operations
+    A, B, D = sh.c_out * u_out, sh.c_acc * u_acc * math.sqrt(K), u_out * td.tiny
+    thr = ent.statistics["op_score"].threshold
+    kq = thr * dict(cert["normalisers"]).get("op_max", math.inf)
+    af = a.ravel()
+    ef = np.asarray(e, dtype=np.float64).ravel()
+    crm = cr_mode(af, td)
+    res = check_pass(af, ef, mode="op", coef=(A, B, D, 0.0, 0.0), threshold=kq, magnitude=mflat, cr=crm,
+                     layout=format_layout(td))
+    if res is None:
+        return None
+    cr = finish_cr(res, crm, af, ef, td)
+    r = abs(res.expected)
+    mw = r if mflat is None else abs(float(mflat[res.index]))
+    s_w = ((A * r) + (B * mw)) + D
+    where = dict(worst_index=unravel(res.index, a.shape), worst_actual=res.actual, worst_expected=res.expected,
+                 worst_error=abs(res.actual - res.expected), worst_allowed=float(kq * s_w), n_elements=int(ef.size),
+                 n_exceeding=res.n_exceeding, n_nonfinite=0, correctly_rounded=cr)
+    return _operator_result(_RoundedFlag(cr), a, e, ent, mag, K, where)
 
 
 def assert_close(actual: Any, expected: Any, *, msg: str | None = None, **kwargs: Any) -> CheckResult:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from tolstat.calibration.bounds import exceedance_probability
-from tolstat.calibration.decision import exceeds, ratio
+from tolstat.calibration.decision import exceeds, ratio_value
 from tolstat.models.statistics import get as get_statistic
 
 __all__ = ["CheckResult"]
@@ -36,10 +36,12 @@ class CheckResult:
     ratios : dict
         ``{name: value / threshold}`` (``inf`` for a positive value over a 0 threshold).
     probabilities : dict
-        ``{name: estimated probability that a correct run reaches this value}``.
+        ``{name: estimated probability that a correct run reaches this value}``
+        (estimated on first access when :meth:`of_entry` was not given them: the verdict
+        does not need them).
     notes : dict
         ``{name: how the probability was estimated}`` (empirical, GPD tail beyond the
-        data, ...).
+        data, ...; with ``probabilities``).
     failed : tuple of str
         Statistics over their threshold.
     worst_index : tuple of int
@@ -105,7 +107,8 @@ class CheckResult:
         ``passed`` is that no statistic failed, or, with ``decisive``, that this one (the
         combined score of an operator entry) did not. The entry gives the group, the
         promise and the methods, and by default the probabilities
-        (:func:`~tolstat.calibration.bounds.exceedance_probability`) and, from ``covariates``,
+        (:func:`~tolstat.calibration.bounds.exceedance_probability`, estimated on first
+        access of ``probabilities`` or ``notes``) and, from ``covariates``,
         the ``(atol, rtol)`` form of the max threshold (NaN where it has none); ``where``
         the worst element and the element counts.
         """
@@ -114,22 +117,41 @@ class CheckResult:
         failed = tuple(k for k, v in values.items() if exceeds(v, thresholds[k]))
         passed = decisive not in failed if decisive is not None else not failed
         methods = where.pop("methods", None) or {k: entry.statistics[k].method for k in values}
-        if probabilities is None:
-            found = {k: exceedance_probability(v, entry.statistics[k]) for k, v in values.items()}
-            probabilities = {k: e.probability for k, e in found.items()}
-            notes = {k: e.note for k, e in found.items()}
+        lazy = probabilities is None
+        if lazy:  # computed on first access (__getattr__): not needed for the verdict
+            probabilities, notes = {}, {}
         if "atol" not in where:
             try:
                 where["atol"], where["rtol"] = entry.allclose(covariates)
             except (ValueError, KeyError):
                 where["atol"], where["rtol"] = math.nan, math.nan
-        return cls(passed=bool(passed), op=entry.op, dtype=entry.dtype, hardware=entry.hardware,
-                   fallback=entry.fallback, statistics=values, thresholds=thresholds,
-                   ratios={k: float(ratio(v, thresholds[k])) for k, v in values.items()},
-                   probabilities=dict(probabilities), notes=dict(notes), failed=failed,
-                   fp_budget=entry.fp_budget, confidence=entry.confidence, methods=methods,
-                   n_calibration=entry.n, guarantee=str((entry.certificate or {}).get("guarantee", "")),
-                   **where)
+        out = cls(passed=bool(passed), op=entry.op, dtype=entry.dtype, hardware=entry.hardware,
+                  fallback=entry.fallback, statistics=values, thresholds=thresholds,
+                  ratios={k: ratio_value(v, thresholds[k]) for k, v in values.items()},
+                  probabilities=dict(probabilities), notes=dict(notes), failed=failed,
+                  fp_budget=entry.fp_budget, confidence=entry.confidence, methods=methods,
+                  n_calibration=entry.n, guarantee=str((entry.certificate or {}).get("guarantee", "")),
+                  **where)
+        if lazy:
+            state = out.__dict__
+            del state["probabilities"], state["notes"]
+            state["_lazy"] = (values, {k: entry.statistics[k] for k in values})
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for an attribute not set: ``probabilities`` and ``notes`` of a result
+        # made by of_entry without them, estimated from the entry's calibrations on first use
+        if name not in ("probabilities", "notes"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        state = self.__dict__
+        lazy = state.get("_lazy")
+        if lazy is None:
+            raise AttributeError(name)
+        values, cals = lazy
+        found = {k: exceedance_probability(v, cals[k]) for k, v in values.items()}
+        state["notes"] = {k: e.note for k, e in found.items()}
+        state["probabilities"] = {k: e.probability for k, e in found.items()}
+        return state[name]
 
 
 def _describe(name: str) -> str:

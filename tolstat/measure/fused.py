@@ -2,36 +2,52 @@
 
 :func:`tolstat.error_metrics` materialises every element-wise error (absolute, signed,
 relative, ULP) as float64 arrays; a check needs only a few numbers of them: the maximum
-of one element score, where it is, how many elements exceed the threshold and the sums
-of the bias statistic. :func:`fused_max` computes those in one numba pass over the two
-arrays, reading a low-precision output through a lookup table of its bit patterns (the
-exact float64 value of every 8/16-bit code), so no float64 copy of the output is made.
+of one element score, where it is, how many elements exceed the threshold, whether the
+output is correctly rounded, and a few sums. The kernels here compute those in one numba
+pass over the two arrays, reading a low-precision output through a lookup table of its
+bit patterns (the exact float64 value of every 8/16-bit code), so no float64 copy of the
+output is made:
 
-The definitions are those of :mod:`tolstat.measure.metrics` and :mod:`tolstat.models.statistics` for
-*finite* pairs; the kernel reports a non-finite value in either array and the caller then
-takes the general path (NaN/Inf handling, reference checks, messages). Sums are
-sequential, so ``sum_signed``/``sum_abs`` agree with numpy's pairwise sums to float
-rounding, not bit for bit; the maximum, its index and the exceedance count are exact.
+* :func:`check_pass`: the largest element score (``|d|``, ``|d| / max(|ref|, floor)``, the
+  affine scale of a :class:`tolstat.models.ScaleModel`, or the operator noise scale), its
+  first index, the exceedance count, ``max |ref|`` and the correctly rounded flag (the ULP
+  distance of :func:`tolstat.measure.metrics.ulp_distance` is 0 everywhere), for finite
+  pairs; every operation in the order of the numpy definitions, so the results are
+  theirs bit for bit;
+* :func:`sum_of_squares` and :func:`error_sums`: numpy's pairwise summation (the order of
+  ``numpy.sum``), bit for bit, over values computed on the fly;
+* :func:`op_statistics`: the operator-noise statistics of
+  :func:`tolstat.measure.noise.record_statistics` (sequential sums, as recorded);
+* :func:`fused_max`: the earlier single-score pass (sequential bias sums).
 
-Layer: metrics (imports only :mod:`tolstat._base.dtypes`, numpy and numba).
+A non-finite value in either array makes the check kernels return None: the caller then
+takes the general path (NaN/Inf handling, reference checks, messages).
+
+Layer: metrics (imports only :mod:`tolstat._base.dtypes`, numpy, ml_dtypes and numba).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
+import ml_dtypes
 import numba
 import numpy as np
 from tolstat._base import numba_cache as _numba_cache
+from tolstat._base.dtypes import target_dtype
 
 _numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
-__all__ = ["FusedMax", "SCORE_MODES", "fused_max", "decode_table"]
+__all__ = ["FusedMax", "SCORE_MODES", "fused_max", "decode_table", "CheckPass", "CHECK_MODES", "CR_MODES",
+           "FormatLayout", "format_layout", "check_pass", "sum_of_squares", "error_sums"]
 
 #: element scores the kernel computes: ``abs`` = ``|d|``, ``rel`` = ``|d| / max(|ref|, floor)``
 SCORE_MODES = {"abs": 0, "rel": 1}
 
 _LUTS: dict[str, np.ndarray] = {}
+#: the same tables by the dtype (or type) asked for: a per-call lookup without ``dtype.name``
+_LUT_OF: dict[object, tuple[np.ndarray | None]] = {}
 
 
 def decode_table(dtype: np.dtype) -> np.ndarray | None:
@@ -39,8 +55,12 @@ def decode_table(dtype: np.dtype) -> np.ndarray | None:
 
     Built once per dtype with the dtype's own (exact) cast to float64.
     """
+    hit = _LUT_OF.get(dtype)
+    if hit is not None:
+        return hit[0]
     dt = np.dtype(dtype)
     if dt.itemsize not in (1, 2) or dt.kind not in "fV":
+        _LUT_OF[dtype] = (None,)
         return None
     key = dt.name
     lut = _LUTS.get(key)
@@ -49,6 +69,7 @@ def decode_table(dtype: np.dtype) -> np.ndarray | None:
         with np.errstate(invalid="ignore", over="ignore"):
             lut = codes.view(dt).astype(np.float64)
         _LUTS[key] = lut
+    _LUT_OF[dtype] = (lut,)
     return lut
 
 
@@ -171,7 +192,478 @@ def fused_max(actual: np.ndarray, expected: np.ndarray, *, score: str, threshold
                     n_exceeding=int(n_exc), sum_signed=float(s_d), sum_abs=float(s_ad))
 
 
+# --------------------------------------------------------------------------- check pass
+#: element scores of :func:`check_pass`: ``abs`` = ``|d|``, ``rel`` = ``|d| / max(|ref|, floor)``,
+#: ``scale`` = ``|d| / s`` with the affine scale of :class:`tolstat.models.ScaleModel`, ``op`` =
+#: ``|d| / s`` with the operator noise scale of :func:`tolstat.measure.noise.noise_scale`
+CHECK_MODES = {"abs": 0, "rel": 1, "scale": 2, "op": 3}
+#: how :func:`check_pass` decides "correctly rounded", for an output stored in the target
+#: format: by the rounding interval of its bit pattern (``interval``, 8/16-bit formats,
+#: :func:`_cr_interval`), by a float32 rounding (``f32``), by equality (``f64``); for any
+#: other output only a necessary condition, to be confirmed by the ULP distance (``loose``)
+CR_MODES = {"interval": 1, "f32": 2, "f64": 3, "loose": 4}
+_TINY64 = float(np.finfo(np.float64).tiny)
+_NO_LUT = np.zeros(1)  # the lut argument of a kernel reading a float32/float64 output
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _elem(ad: float, r: float, mv: float, mode: int, k0: float, k1: float, k2: float, k3: float,
+          k4: float) -> tuple[float, float]:
+    """``(score, s)`` of one finite element: ``ad = |d|``, ``r = |ref|``, ``mv`` the magnitude.
+
+    The operations and their order are those of the numpy definitions (bit for bit):
+    ``rel``: ``ad / max(r, floor)`` (``k0 = floor``), 0 where ``ad == 0``;
+    ``scale``: ``s = max(unit * ((atol + rtol * r) + add) * mult, tiny64)`` with
+    ``(k0, k1, k2, k3, k4) = (atol, rtol, unit, add, mult)`` (``ScaleModel.scale``), score
+    ``ad / s``, 0 where ``ad == 0`` or NaN (``Statistic.elements``);
+    ``op``: ``s = ((A * r) + (B * |mv|)) + D`` with ``(k0, k1, k2) = (A, B, D)``
+    (``noise_scale``), score ``ad / s``, 0 where NaN.
+    """
+    if mode == 0:
+        return ad, 1.0
+    if mode == 1:
+        den = r if r > k0 else k0
+        return (0.0 if ad == 0.0 else ad / den), den
+    if mode == 2:
+        t = k2 * ((k0 + k1 * r) + k3) * k4
+        s = t if (t != t or t >= _TINY64) else _TINY64
+        if ad == 0.0:
+            return 0.0, s
+        sc = ad / s
+        return (0.0 if sc != sc else sc), s
+    s = ((k0 * r) + (k1 * abs(mv))) + k2
+    sc = ad / s
+    return (0.0 if sc != sc else sc), s
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _cr_interval(b: int, ev: float, bounds: np.ndarray) -> bool:
+    """True when the output with bit pattern ``b`` (of an 8/16-bit target format) is the
+    finite reference ``ev`` rounded to nearest even in the format: ``ev`` is inside the
+    rounding interval ``[bounds[2b], bounds[2b+1]]`` of the pattern's value, its ends
+    included when the pattern's significand is even (a tie rounds to it). The intervals
+    (:func:`_rounding_intervals`) follow :func:`tolstat.measure.metrics.ulp_distance`:
+    gradual underflow, ``-0 == +0``, a reference beyond ``max`` clamped to it up to the
+    overflow edge ``max + ulp(max)/2``. The ULP distance is then 0.
+    """
+    lo = bounds[2 * b]
+    hi = bounds[2 * b + 1]
+    return ((lo < ev) & (ev < hi)) | (((b & 1) == 0) & (lo <= ev) & (ev <= hi))
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _step(av: float, ev: float, mv: float, i: int, mode: int, use_m: bool, k0: float, k1: float, k2: float, k3: float,
+          k4: float, c: float, best: float, arg: int, n_exc: int,
+          rmax: float) -> tuple[bool, float, int, int, float]:
+    """One element of :func:`_pass`: ``(finite, best, arg, n_exc, rmax)`` updated."""
+    d = av - ev
+    if not (np.isfinite(d) and np.isfinite(ev)):
+        return False, best, arg, n_exc, rmax
+    ad = abs(d)
+    r = abs(ev)
+    if r > rmax:
+        rmax = r
+    sc, s = _elem(ad, r, mv if use_m else r, mode, k0, k1, k2, k3, k4)
+    if sc > best:
+        best, arg = sc, i
+    if mode == 3:
+        n_exc += ad > c * s
+    else:
+        n_exc += sc > c
+    return True, best, arg, n_exc, rmax
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _pass(a: np.ndarray, lut: np.ndarray, e: np.ndarray, bounds: np.ndarray, mag: np.ndarray, k0: float, k1: float,
+          k2: float, k3: float, k4: float, c: float, crm: int, loose: float, lfloor: float, mode: int, use_lut: bool,
+          use_m: bool) -> tuple[int, float, int, int, bool, float]:
+    """One pass of a check: ``(status, max score, first argmax, #exceeding, correctly rounded,
+    max |ref|)``; status 1: a non-finite element (at the returned index) was seen.
+
+    Inlined into one kernel per score, correctly-rounded test and output kind
+    (:data:`_KERNELS`), so that ``mode``, ``crm``, ``use_lut`` and ``use_m`` are constants
+    there. ``a``: the output's bit patterns decoded by ``lut`` (``use_lut``), or a
+    float32/float64 output. Each element is tested for correct rounding until one is not;
+    the rest are only scored.
+    """
+    best, arg, n_exc, cr, rmax = -1.0, 0, 0, True, 0.0
+    n = e.size
+    i = 0
+    while i < n:  # while the output may be correctly rounded
+        av = lut[np.intp(a[i])] if use_lut else np.float64(a[i])
+        ev = e[i]
+        ok, best, arg, n_exc, rmax = _step(av, ev, mag[i] if use_m else 0.0, i, mode, use_m, k0, k1, k2, k3, k4, c,
+                                           best, arg, n_exc, rmax)
+        if not ok:
+            return 1, 0.0, i, 0, False, 0.0
+        if crm == 1:
+            cr = _cr_interval(np.intp(a[i]), ev, bounds)
+        elif crm == 2:
+            cr = np.float32(ev) == np.float32(a[i])
+        elif crm == 3:
+            cr = av == ev
+        else:
+            aa = abs(av)
+            cr = abs(av - ev) <= loose * (aa if aa > lfloor else lfloor)
+        i += 1
+        if not cr:
+            break
+    while i < n:  # the rest, once an element is not correctly rounded
+        av = lut[np.intp(a[i])] if use_lut else np.float64(a[i])
+        ok, best, arg, n_exc, rmax = _step(av, e[i], mag[i] if use_m else 0.0, i, mode, use_m, k0, k1, k2, k3, k4, c,
+                                           best, arg, n_exc, rmax)
+        if not ok:
+            return 1, 0.0, i, 0, False, 0.0
+        i += 1
+    return 0, best, arg, n_exc, cr, rmax
+
+
+def _kernel(mode: int, crm: int, use_lut: bool, use_m: bool):  # noqa: ANN202 - a numba dispatcher
+    """The :func:`_pass` kernel with these constants (compiled per argument types, cached)."""
+    if use_lut and use_m:
+        @numba.njit(cache=True, nogil=True, error_model="numpy")
+        def k(a, lut, e, bounds, mag, k0, k1, k2, k3, k4, c, loose, lfloor):  # pragma: no cover - numba
+            return _pass(a, lut, e, bounds, mag, k0, k1, k2, k3, k4, c, crm, loose, lfloor, mode, True, True)
+    elif use_lut:
+        @numba.njit(cache=True, nogil=True, error_model="numpy")
+        def k(a, lut, e, bounds, mag, k0, k1, k2, k3, k4, c, loose, lfloor):  # pragma: no cover - numba
+            return _pass(a, lut, e, bounds, mag, k0, k1, k2, k3, k4, c, crm, loose, lfloor, mode, True, False)
+    elif use_m:
+        @numba.njit(cache=True, nogil=True, error_model="numpy")
+        def k(a, lut, e, bounds, mag, k0, k1, k2, k3, k4, c, loose, lfloor):  # pragma: no cover - numba
+            return _pass(a, lut, e, bounds, mag, k0, k1, k2, k3, k4, c, crm, loose, lfloor, mode, False, True)
+    else:
+        @numba.njit(cache=True, nogil=True, error_model="numpy")
+        def k(a, lut, e, bounds, mag, k0, k1, k2, k3, k4, c, loose, lfloor):  # pragma: no cover - numba
+            return _pass(a, lut, e, bounds, mag, k0, k1, k2, k3, k4, c, crm, loose, lfloor, mode, False, False)
+    return k
+
+
+_KERNELS: dict[tuple[int, int, bool, bool], object] = {}
+
+
+def _get_kernel(mode: int, crm: int, use_lut: bool, use_m: bool):  # noqa: ANN202 - a numba dispatcher
+    key = (mode, crm, use_lut, use_m)
+    k = _KERNELS.get(key)
+    if k is None:
+        k = _KERNELS[key] = _kernel(mode, crm, use_lut, use_m)
+    return k
+
+
+class FormatLayout(NamedTuple):
+    """What :func:`check_pass` needs of a target format (:func:`format_layout`).
+
+    Attributes
+    ----------
+    bounds : numpy.ndarray
+        For an 8/16-bit format, the rounding interval of every bit pattern's value,
+        ``bounds[2b], bounds[2b+1]`` (:func:`_rounding_intervals`; NaN for NaN/Inf
+        patterns): the exact test ``cr="interval"``.
+    loose, lfloor : float
+        The necessary condition of ``cr="loose"``: ``|d_i| <= loose * max(|actual_i|, lfloor)``,
+        true wherever the output is correctly rounded, whatever its dtype (a cast to the
+        format moves it by at most one spacing, the rounding of the reference by half of one).
+    """
+
+    bounds: np.ndarray
+    loose: float
+    lfloor: float
+
+
+_LAYOUTS: dict[str, FormatLayout] = {}
+
+
+def _rounding_intervals(td: object) -> np.ndarray:
+    """``[lo, hi]`` of every bit pattern of an 8/16-bit format, flat: the references that
+    round to its value (nearest even, :func:`tolstat._base.dtypes.round_to_format`), with
+    the rules of :func:`tolstat.measure.metrics.ulp_distance`: a reference beyond ``max`` is
+    clamped to it up to the overflow edge ``max + ulp(max)/2``, and ``-0 == +0``. The ends
+    are midpoints between neighbours (exact in float64); whether a tie belongs to the
+    interval is the parity of the pattern (:func:`_cr_interval`)."""
+    lut = decode_table(td.np_dtype)
+    nb = td.bits
+    maxpat = int(np.array(td.max, dtype=td.np_dtype).view(td.uint_dtype))
+    _, ex = np.frexp(np.float64(td.max))
+    p = int((np.finfo(td.np_dtype) if td.name == "float16" else ml_dtypes.finfo(td.np_dtype)).nmant) + 1
+    edge = td.max + float(np.ldexp(1.0, int(ex) - 1 - p))
+    pos = lut[:maxpat + 1]  # the non-negative finite values, increasing with the pattern
+    mid = (pos[:-1] + pos[1:]) / 2
+    lo = np.concatenate([[-pos[1] / 2], mid])  # zero's interval is symmetric
+    hi = np.concatenate([mid, [edge]])
+    out = np.full((2 ** nb, 2), np.nan)
+    half = 2 ** (nb - 1)
+    out[:maxpat + 1, 0], out[:maxpat + 1, 1] = lo, hi
+    out[half:half + maxpat + 1, 0], out[half:half + maxpat + 1, 1] = -hi, -lo
+    return out.ravel()
+
+
+def format_layout(dtype: object) -> FormatLayout:
+    """The :class:`FormatLayout` of a target dtype (any spelling :func:`target_dtype` takes), made once."""
+    td = target_dtype(dtype)
+    got = _LAYOUTS.get(td.name)
+    if got is None:
+        fi = np.finfo(td.np_dtype) if td.name in ("float16", "float32", "float64") else ml_dtypes.finfo(td.np_dtype)
+        p = int(fi.nmant) + 1
+        bounds = _rounding_intervals(td) if td.bits <= 16 else np.ones(2)
+        got = FormatLayout(bounds, float(2.0 ** (3 - p)), float(td.tiny))
+        _LAYOUTS[td.name] = got
+    return got
+
+
+class CheckPass(NamedTuple):
+    """Result of :func:`check_pass` (finite pairs only).
+
+    Attributes
+    ----------
+    value : float
+        ``max_i score_i``.
+    index : int
+        Flat index of its first occurrence (as ``numpy.argmax``).
+    actual, expected : float
+        float64 values of the pair at ``index``.
+    n_exceeding : int
+        Elements over their allowance (``score_i > threshold``, or with ``count_abs``
+        ``|d_i| > threshold * s_i``).
+    correctly_rounded : bool
+        Every element is the reference rounded to nearest in the target format (the ULP
+        distance is 0 everywhere); with ``cr="loose"`` only a necessary condition of it.
+    ref_max_abs : float
+        ``max_i |expected_i|``.
+    """
+
+    value: float
+    index: int
+    actual: float
+    expected: float
+    n_exceeding: int
+    correctly_rounded: bool
+    ref_max_abs: float
+
+
+def check_pass(actual: np.ndarray, expected: np.ndarray, *, mode: str,
+               coef: tuple[float, float, float, float, float] = (0.0, 0.0, 0.0, 0.0, 0.0), threshold: float,
+               magnitude: np.ndarray | None = None, cr: str = "loose",
+               layout: FormatLayout | None = None) -> CheckPass | None:
+    """The numbers a check of one finite pair needs, in one pass; None on a non-finite pair.
+
+    Parameters
+    ----------
+    actual : numpy.ndarray
+        Flat output, any float dtype (8/16-bit formats are read through :func:`decode_table`).
+    expected : numpy.ndarray
+        Flat, contiguous float64 reference.
+    mode : {"abs", "rel", "scale", "op"}
+        Element score (:data:`CHECK_MODES`, :func:`_elem`).
+    coef : tuple of 5 floats
+        The score's coefficients (``rel``: ``(floor, ...)``; ``scale``: ``(atol, rtol,
+        unit, add, mult)``; ``op``: ``(A, B, D, ...)``; unused ones 0).
+    threshold : float
+        Counts ``score_i > threshold``; ``op``: ``|d_i| > threshold * s_i``.
+    magnitude : numpy.ndarray, optional
+        Flat float64 magnitude of the ``op`` score (default ``|expected|``).
+    cr : {"interval", "f32", "f64", "loose"}
+        How the correctly rounded flag is computed (:data:`CR_MODES`); the exact modes
+        need ``actual`` stored in the target format.
+    layout : FormatLayout
+        The target format's (:func:`format_layout`); needed by ``cr="interval"`` and
+        ``"loose"``.
+
+    Returns
+    -------
+    CheckPass or None
+        None when an element of either array (or their difference) is NaN/Inf.
+    """
+    a = actual
+    e = expected
+    k0, k1, k2, k3, k4 = coef
+    md = CHECK_MODES[mode]
+    use_m = magnitude is not None and md == 3
+    lay = _NO_LAYOUT if layout is None else layout
+    lut = decode_table(a.dtype)
+    use_lut = lut is not None
+    if use_lut:
+        a = a.view(np.uint8 if a.dtype.itemsize == 1 else np.uint16)
+    else:
+        lut = _NO_LUT
+        if a.dtype != np.float32 and a.dtype != np.float64:  # (an exact ``cr`` needs the target format)
+            a = np.asarray(a, dtype=np.float64)
+    crm = CR_MODES[cr]
+    kern = _KERNELS.get((md, crm, use_lut, use_m)) or _get_kernel(md, crm, use_lut, use_m)
+    status, best, arg, n_exc, ok, rmax = kern(a, lut, e, lay.bounds, magnitude if use_m else e, k0, k1, k2, k3, k4,
+                                              threshold, lay.loose, lay.lfloor)
+    if status:
+        return None
+    av = float(lut[a[arg]]) if use_lut else float(a[arg])
+    return CheckPass(best, arg, av, float(e[arg]), n_exc, ok, rmax)
+
+
+_NO_LAYOUT = FormatLayout(np.ones(2), 0.0, 0.0)
+
+
+# --------------------------------------------------------------------------- numpy's pairwise sums
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _pw_sumsq(e: np.ndarray, lo: int, n: int) -> float:
+    """``sum(e[lo:lo+n] ** 2)`` in the order of numpy's pairwise summation (bit for bit)."""
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += e[i] * e[i]
+        return res
+    if n <= 128:
+        r0, r1, r2, r3 = e[lo] * e[lo], e[lo + 1] * e[lo + 1], e[lo + 2] * e[lo + 2], e[lo + 3] * e[lo + 3]
+        r4, r5, r6, r7 = e[lo + 4] * e[lo + 4], e[lo + 5] * e[lo + 5], e[lo + 6] * e[lo + 6], e[lo + 7] * e[lo + 7]
+        i = 8
+        top = n - (n % 8)
+        while i < top:
+            j = lo + i
+            r0 += e[j] * e[j]
+            r1 += e[j + 1] * e[j + 1]
+            r2 += e[j + 2] * e[j + 2]
+            r3 += e[j + 3] * e[j + 3]
+            r4 += e[j + 4] * e[j + 4]
+            r5 += e[j + 5] * e[j + 5]
+            r6 += e[j + 6] * e[j + 6]
+            r7 += e[j + 7] * e[j + 7]
+            i += 8
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        while i < n:
+            res += e[lo + i] * e[lo + i]
+            i += 1
+        return res
+    n2 = n // 2
+    n2 -= n2 % 8
+    return _pw_sumsq(e, lo, n2) + _pw_sumsq(e, lo + n2, n - n2)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _dv(a: np.ndarray, lut: np.ndarray, e: np.ndarray, i: int, use_lut: bool) -> float:
+    """``d_i = actual_i - expected_i`` in float64 (``actual`` decoded by ``lut`` or cast)."""
+    if use_lut:
+        return lut[np.intp(a[i])] - e[i]  # np.intp: the branch types for a float ``a`` too
+    return np.float64(a[i]) - e[i]
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _pw_diff(a: np.ndarray, lut: np.ndarray, e: np.ndarray, lo: int, n: int, use_lut: bool) -> tuple[float, float]:
+    """``(sum d, sum |d|)`` over ``[lo, lo+n)``, each in numpy's pairwise order (bit for bit)."""
+    if n < 8:
+        res, rab = 0.0, 0.0
+        for i in range(lo, lo + n):
+            d = _dv(a, lut, e, i, use_lut)
+            res += d
+            rab += abs(d)
+        return res, rab
+    if n <= 128:
+        d0, d1, d2, d3 = (_dv(a, lut, e, lo, use_lut), _dv(a, lut, e, lo + 1, use_lut),
+                          _dv(a, lut, e, lo + 2, use_lut), _dv(a, lut, e, lo + 3, use_lut))
+        d4, d5, d6, d7 = (_dv(a, lut, e, lo + 4, use_lut), _dv(a, lut, e, lo + 5, use_lut),
+                          _dv(a, lut, e, lo + 6, use_lut), _dv(a, lut, e, lo + 7, use_lut))
+        q0, q1, q2, q3, q4, q5, q6, q7 = abs(d0), abs(d1), abs(d2), abs(d3), abs(d4), abs(d5), abs(d6), abs(d7)
+        i = 8
+        top = n - (n % 8)
+        while i < top:
+            j = lo + i
+            x0, x1, x2, x3 = (_dv(a, lut, e, j, use_lut), _dv(a, lut, e, j + 1, use_lut),
+                              _dv(a, lut, e, j + 2, use_lut), _dv(a, lut, e, j + 3, use_lut))
+            x4, x5, x6, x7 = (_dv(a, lut, e, j + 4, use_lut), _dv(a, lut, e, j + 5, use_lut),
+                              _dv(a, lut, e, j + 6, use_lut), _dv(a, lut, e, j + 7, use_lut))
+            d0 += x0
+            d1 += x1
+            d2 += x2
+            d3 += x3
+            d4 += x4
+            d5 += x5
+            d6 += x6
+            d7 += x7
+            q0 += abs(x0)
+            q1 += abs(x1)
+            q2 += abs(x2)
+            q3 += abs(x3)
+            q4 += abs(x4)
+            q5 += abs(x5)
+            q6 += abs(x6)
+            q7 += abs(x7)
+            i += 8
+        res = ((d0 + d1) + (d2 + d3)) + ((d4 + d5) + (d6 + d7))
+        rab = ((q0 + q1) + (q2 + q3)) + ((q4 + q5) + (q6 + q7))
+        while i < n:
+            d = _dv(a, lut, e, lo + i, use_lut)
+            res += d
+            rab += abs(d)
+            i += 1
+        return res, rab
+    n2 = n // 2
+    n2 -= n2 % 8
+    s1, a1 = _pw_diff(a, lut, e, lo, n2, use_lut)
+    s2, a2 = _pw_diff(a, lut, e, lo + n2, n - n2, use_lut)
+    return s1 + s2, a1 + a2
+
+
+def sum_of_squares(expected: np.ndarray) -> float:
+    """``numpy.sum(numpy.square(expected))`` of a flat float64 array, bit for bit, without
+    the temporary array."""
+    return 0.0 + float(_pw_sumsq(expected, 0, expected.size))
+
+
+def error_sums(actual: np.ndarray, expected: np.ndarray) -> tuple[float, float]:
+    """``(numpy.sum(d), numpy.sum(numpy.abs(d)))`` of ``d = actual - expected`` (float64;
+    flat arrays, ``actual`` any float dtype), bit for bit, without the temporary arrays."""
+    lut = decode_table(actual.dtype)
+    if lut is not None:
+        s, sa = _pw_diff(actual.view(np.uint8 if actual.dtype.itemsize == 1 else np.uint16), lut, expected, 0,
+                         expected.size, True)
+    else:
+        a = actual if actual.dtype in (np.float32, np.float64) else np.asarray(actual, dtype=np.float64)
+        s, sa = _pw_diff(a, _NO_LUT, expected, 0, expected.size, False)
+    return 0.0 + float(s), 0.0 + float(sa)
+
+
 # --------------------------------------------------------------------------- operator noise
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _op_step(s: float, d: float, b: float, same: bool, sg: float, frac_k: float, mx: float, s2: float, sa: float,
+             sz: float, cnt: float, ssz: float, rs2: float, rd: float, rss: float,
+             bad: bool) -> tuple[float, float, float, float, float, float, float, float, float, bool]:
+    """One element of one noise shape of :func:`_op_kernel` (its accumulators, updated)."""
+    dj = d
+    bj = b if np.isfinite(b) else 0.0
+    if not (np.isfinite(d) and np.isfinite(s)):
+        if not same:
+            bad = True
+        dj = 0.0
+        bj = 0.0
+        s = 1.0
+    z = dj / s
+    zb = bj / s
+    az = abs(z)
+    if az > mx:
+        mx = az
+    s2 += z * z
+    sa += az
+    sz += zb
+    ssz += sg * zb
+    if az > frac_k:
+        cnt += 1.0
+    rs2 += z * z
+    rd += bj
+    rss += s * s
+    return mx, s2, sa, sz, cnt, ssz, rs2, rd, rss, bad
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _op_row(rs2: float, rd: float, rss: float, rowlen: int, rmax: float, rsum: float,
+            bmax: float) -> tuple[float, float, float]:
+    """The end of a row of :func:`_op_kernel`: its row statistics, updated."""
+    ms = rs2 / rowlen
+    if ms > rmax:
+        rmax = ms
+    rsum += np.sqrt(ms)
+    num = abs(rd)
+    t = 0.0 if num == 0.0 else num / np.sqrt(rss)
+    if t > bmax:
+        bmax = t
+    return rmax, rsum, bmax
+
+
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def _op_kernel(a: np.ndarray, e: np.ndarray, rn: np.ndarray, m: np.ndarray, use_m: bool, A: float, B: float,
                C: float, D: float, frac_k: float, rowlen: int) -> tuple[np.ndarray, np.ndarray]:
@@ -182,64 +674,45 @@ def _op_kernel(a: np.ndarray, e: np.ndarray, rn: np.ndarray, m: np.ndarray, use_
     ``|z|``, sum ``z^2``, sum ``|z|``, sum ``z``, count ``|z| > k``, max row mean of
     ``z^2``, sum of row RMS, max row ``|sum b| / sqrt(sum s^2)``, sum ``sign(e) b / s``,
     with ``b = a - rn`` the error beyond the correctly rounded reference ``rn`` (the bias
-    sums: column 3 is sum ``b / s``);
-    ``bad``: a non-finite
-    mismatch was seen (the statistics of that shape are then all ``inf``).
+    sums: column 3 is sum ``b / s``); ``bad``: a non-finite mismatch was seen (the
+    statistics of that shape are then all ``inf``). Rows are the consecutive runs of
+    ``rowlen`` elements; a last, partial row has no row statistics. Sums are sequential,
+    element by element (the accumulators are scalars, one set per shape).
     """
-    out = np.zeros((2, 9))
-    out[:, 5] = -1.0
-    bad = np.zeros(2, dtype=np.bool_)
     n = e.size
-    rs2 = np.zeros(2)
-    rd = np.zeros(2)
-    rss = np.zeros(2)
-    for i in range(n):
-        av = a[i]
-        ev = e[i]
-        ae = abs(ev)
-        mv = m[i] if use_m else ae
-        base = A * ae + B * mv
-        d = av - ev
-        b = av - rn[i]
-        same = av == ev or (np.isnan(av) and np.isnan(ev))
-        sg = 1.0 if ev > 0 else (-1.0 if ev < 0 else 0.0)
-        for j in range(2):
-            s = (base + C * mv) + D if j == 1 else base + D
-            dj = d
-            bj = b if np.isfinite(b) else 0.0
-            if not (np.isfinite(d) and np.isfinite(s)):
-                if not same:
-                    bad[j] = True
-                dj = 0.0
-                bj = 0.0
-                s = 1.0
-            z = dj / s
-            zb = bj / s
-            az = abs(z)
-            if az > out[j, 0]:
-                out[j, 0] = az
-            out[j, 1] += z * z
-            out[j, 2] += az
-            out[j, 3] += zb
-            out[j, 8] += sg * zb
-            if az > frac_k:
-                out[j, 4] += 1.0
-            rs2[j] += z * z
-            rd[j] += bj
-            rss[j] += s * s
-        if (i + 1) % rowlen == 0:
-            for j in range(2):
-                ms = rs2[j] / rowlen
-                if ms > out[j, 5]:
-                    out[j, 5] = ms
-                out[j, 6] += np.sqrt(ms)
-                num = abs(rd[j])
-                t = 0.0 if num == 0.0 else num / np.sqrt(rss[j])
-                if t > out[j, 7]:
-                    out[j, 7] = t
-                rs2[j] = 0.0
-                rd[j] = 0.0
-                rss[j] = 0.0
+    mx0 = s20 = sa0 = sz0 = cnt0 = ssz0 = rs20 = rd0 = rss0 = 0.0
+    mx1 = s21 = sa1 = sz1 = cnt1 = ssz1 = rs21 = rd1 = rss1 = 0.0
+    rmax0 = rmax1 = -1.0
+    rsum0 = rsum1 = bmax0 = bmax1 = 0.0
+    bad0 = bad1 = False
+    nrows = n // rowlen
+    for row in range(nrows + 1):
+        stop = (row + 1) * rowlen if row < nrows else n
+        for i in range(row * rowlen, stop):
+            av = a[i]
+            ev = e[i]
+            ae = abs(ev)
+            mv = m[i] if use_m else ae
+            base = A * ae + B * mv
+            d = av - ev
+            b = av - rn[i]
+            same = av == ev or (np.isnan(av) and np.isnan(ev))
+            sg = 1.0 if ev > 0 else (-1.0 if ev < 0 else 0.0)
+            mx0, s20, sa0, sz0, cnt0, ssz0, rs20, rd0, rss0, bad0 = _op_step(
+                base + D, d, b, same, sg, frac_k, mx0, s20, sa0, sz0, cnt0, ssz0, rs20, rd0, rss0, bad0)
+            mx1, s21, sa1, sz1, cnt1, ssz1, rs21, rd1, rss1, bad1 = _op_step(
+                (base + C * mv) + D, d, b, same, sg, frac_k, mx1, s21, sa1, sz1, cnt1, ssz1, rs21, rd1, rss1, bad1)
+        if row < nrows:
+            rmax0, rsum0, bmax0 = _op_row(rs20, rd0, rss0, rowlen, rmax0, rsum0, bmax0)
+            rmax1, rsum1, bmax1 = _op_row(rs21, rd1, rss1, rowlen, rmax1, rsum1, bmax1)
+            rs20 = rd0 = rss0 = rs21 = rd1 = rss1 = 0.0
+    out = np.empty((2, 9))
+    out[0, 0], out[0, 1], out[0, 2], out[0, 3], out[0, 4] = mx0, s20, sa0, sz0, cnt0
+    out[0, 5], out[0, 6], out[0, 7], out[0, 8] = rmax0, rsum0, bmax0, ssz0
+    out[1, 0], out[1, 1], out[1, 2], out[1, 3], out[1, 4] = mx1, s21, sa1, sz1, cnt1
+    out[1, 5], out[1, 6], out[1, 7], out[1, 8] = rmax1, rsum1, bmax1, ssz1
+    bad = np.zeros(2, dtype=np.bool_)
+    bad[0], bad[1] = bad0, bad1
     return out, bad
 
 
