@@ -12,7 +12,7 @@ import pytest
 import tolstat
 from table_helpers import group as _group, stat as _stat, table as _table
 from tolstat.checks.fast import cached_entry, fast_check
-from tolstat.measure.fused import decode_table, fused_max
+from tolstat.measure.fused import decode_table
 from tolstat.checks.checking import check_metrics
 from tolstat.measure.metrics import error_metrics
 from tolstat.models import statistics as _stats
@@ -126,9 +126,6 @@ def test_decode_table_is_the_exact_cast():
     assert decode_table(np.dtype(np.float32)) is None
 
 
-def test_fused_max_rejects_unknown_score():
-    with pytest.raises(ValueError, match="score must be one of"):
-        fused_max(np.zeros(2), np.zeros(2), score="ulp", threshold=1.0)
 
 
 def test_entry_cache_follows_table_data(tables):

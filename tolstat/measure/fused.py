@@ -17,8 +17,7 @@ output is made:
 * :func:`sum_of_squares` and :func:`error_sums`: numpy's pairwise summation (the order of
   ``numpy.sum``), bit for bit, over values computed on the fly;
 * :func:`op_statistics`: the operator-noise statistics of
-  :func:`tolstat.measure.noise.record_statistics` (sequential sums, as recorded);
-* :func:`fused_max`: the earlier single-score pass (sequential bias sums).
+  :func:`tolstat.measure.noise.record_statistics` (sequential sums, as recorded).
 
 A non-finite value in either array makes the check kernels return None: the caller then
 takes the general path (NaN/Inf handling, reference checks, messages).
@@ -28,7 +27,6 @@ Layer: metrics (imports only :mod:`tolstat._base.dtypes`, numpy, ml_dtypes and n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import ml_dtypes
@@ -39,11 +37,8 @@ from tolstat._base.dtypes import target_dtype
 
 _numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
-__all__ = ["FusedMax", "SCORE_MODES", "fused_max", "decode_table", "CheckPass", "CHECK_MODES", "CR_MODES",
-           "FormatLayout", "format_layout", "check_pass", "sum_of_squares", "error_sums"]
-
-#: element scores the kernel computes: ``abs`` = ``|d|``, ``rel`` = ``|d| / max(|ref|, floor)``
-SCORE_MODES = {"abs": 0, "rel": 1}
+__all__ = ["decode_table", "CheckPass", "CHECK_MODES", "CR_MODES", "FormatLayout", "format_layout", "check_pass",
+           "sum_of_squares", "error_sums"]
 
 _LUTS: dict[str, np.ndarray] = {}
 #: the same tables by the dtype (or type) asked for: a per-call lookup without ``dtype.name``
@@ -71,125 +66,6 @@ def decode_table(dtype: np.dtype) -> np.ndarray | None:
         _LUTS[key] = lut
     _LUT_OF[dtype] = (lut,)
     return lut
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _score(d: float, ev: float, mode: int, floor: float) -> float:
-    ad = abs(d)
-    if mode == 0:
-        return ad
-    r = abs(ev)
-    return 0.0 if ad == 0.0 else ad / (r if r > floor else floor)
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _fused_lut(bits: np.ndarray, lut: np.ndarray, e: np.ndarray, mode: int, floor: float,
-               c: float) -> tuple[int, float, int, int, float, float]:
-    """(status, max score, first argmax, #score > c, sum d, sum |d|); status 1: non-finite seen.
-
-    ``bits``: the output's bit patterns, decoded by ``lut``.
-    """
-    best, arg, n_exc, s_d, s_ad = -1.0, 0, 0, 0.0, 0.0
-    for i in range(e.size):
-        ev = e[i]
-        d = lut[bits[i]] - ev
-        if not (np.isfinite(d) and np.isfinite(ev)):
-            return 1, 0.0, i, 0, 0.0, 0.0
-        sc = _score(d, ev, mode, floor)
-        if sc > best:
-            best, arg = sc, i
-        n_exc += sc > c
-        s_d += d
-        s_ad += abs(d)
-    return 0, best, arg, n_exc, s_d, s_ad
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _fused_direct(a: np.ndarray, e: np.ndarray, mode: int, floor: float,
-                  c: float) -> tuple[int, float, int, int, float, float]:
-    """:func:`_fused_lut` for a float32/float64 output."""
-    best, arg, n_exc, s_d, s_ad = -1.0, 0, 0, 0.0, 0.0
-    for i in range(e.size):
-        ev = e[i]
-        d = np.float64(a[i]) - ev
-        if not (np.isfinite(d) and np.isfinite(ev)):
-            return 1, 0.0, i, 0, 0.0, 0.0
-        sc = _score(d, ev, mode, floor)
-        if sc > best:
-            best, arg = sc, i
-        n_exc += sc > c
-        s_d += d
-        s_ad += abs(d)
-    return 0, best, arg, n_exc, s_d, s_ad
-
-
-@dataclass(frozen=True)
-class FusedMax:
-    """Result of :func:`fused_max` (finite pairs only).
-
-    Attributes
-    ----------
-    value : float
-        ``max_i score_i``.
-    index : int
-        Flat index of its first occurrence (as ``numpy.argmax``).
-    actual, expected : float
-        float64 values of the pair at ``index``.
-    n_exceeding : int
-        Elements with ``score_i > threshold``.
-    sum_signed, sum_abs : float
-        ``sum_i d_i`` and ``sum_i |d_i|`` (sequential float64 sums).
-    """
-
-    value: float
-    index: int
-    actual: float
-    expected: float
-    n_exceeding: int
-    sum_signed: float
-    sum_abs: float
-
-
-def fused_max(actual: np.ndarray, expected: np.ndarray, *, score: str, threshold: float,
-              rel_floor: float = 0.0) -> FusedMax | None:
-    """Max element score, its index and the bias sums in one pass; None on a non-finite pair.
-
-    Parameters
-    ----------
-    actual, expected : numpy.ndarray
-        Same shape; ``actual`` any float dtype (8/16-bit formats are read through
-        :func:`decode_table`), ``expected`` converted to float64 if it is not.
-    score : {"abs", "rel"}
-        Element score (:data:`SCORE_MODES`).
-    threshold : float
-        Counts ``score_i > threshold``.
-    rel_floor : float
-        Floor of ``|expected|`` of the relative score.
-
-    Returns
-    -------
-    FusedMax or None
-        None when an element of either array (or their difference) is NaN/Inf.
-    """
-    if score not in SCORE_MODES:
-        raise ValueError(f"score must be one of {sorted(SCORE_MODES)}, got {score!r}")
-    a = np.ravel(actual)
-    e = np.ravel(np.asarray(expected, dtype=np.float64))
-    mode, floor, c = SCORE_MODES[score], float(rel_floor), float(threshold)
-    lut = decode_table(a.dtype)
-    if lut is not None:
-        bits = a.view(np.uint8 if a.dtype.itemsize == 1 else np.uint16)
-        status, best, arg, n_exc, s_d, s_ad = _fused_lut(bits, lut, e, mode, floor, c)
-        av = float(lut[bits[arg]])
-    else:
-        if a.dtype not in (np.float32, np.float64):
-            a = np.asarray(a, dtype=np.float64)
-        status, best, arg, n_exc, s_d, s_ad = _fused_direct(a, e, mode, floor, c)
-        av = float(a[arg])
-    if status:
-        return None
-    return FusedMax(value=float(best), index=int(arg), actual=av, expected=float(e[arg]),
-                    n_exceeding=int(n_exc), sum_signed=float(s_d), sum_abs=float(s_ad))
 
 
 # --------------------------------------------------------------------------- check pass
