@@ -38,6 +38,7 @@ def stored(tmp_path_factory):
 
 @pytest.mark.parametrize("chunk", [7, 600])
 @pytest.mark.parametrize("form", [None, "allclose", "size_aware"])
+@pytest.mark.slow
 def test_select_on_dask_equals_in_memory(stored, chunk, form):
     ds, path = stored
     with warnings.catch_warnings():

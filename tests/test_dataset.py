@@ -157,6 +157,7 @@ def _big_dataset(nrun=1000, k=4096):
 
 
 @pytest.mark.parametrize("ext", [".nc", ".zarr"])
+@pytest.mark.slow
 def test_roundtrip_1000_runs(tmp_path, ext):
     ds = _big_dataset()
     assert ds.sizes["run"] == 1000 and ds.sizes["sample"] == 4096
