@@ -170,7 +170,7 @@ def _markdown(res: dict, before: dict | None) -> str:
              "`tolstat.select(ds, fp_budget=0.01)` on plain pairs.", "",
              f"Load: {load(res)}.", ""]
     if before is not None:
-        lines += [f"Before (the tolstat under `{before['path']}`): load {load(before)}.", ""]
+        lines += [f"Before (the code of the previous commit, run with `--compare`): load {load(before)}.", ""]
     lines += ["Forms: " + "; ".join(f"`{k}`: {v}" for k, v in res["forms"].items()) + ".", ""]
     bmap = {(r["n"], r["form"], r["output"]): r for r in (before or {}).get("rows", [])}
     head = "| elements | form | output | check ms/call | numpy ms | ratio |"
