@@ -271,6 +271,7 @@ class _Ctx:
     seed: int
     norm_quantile: float
     own_pool: bool = False
+    accept_outliers: bool = False
     info: dict[str, dict[str, Any]] = field(default_factory=dict)
     certs: dict[str, GroupCertificate] = field(default_factory=dict)
     refused: dict[str, NotEnoughData] = field(default_factory=dict)
@@ -292,7 +293,63 @@ class _Ctx:
         return self.nmin + (0 if d["v"].shape[1] <= 1 else 1)
 
     def refuse(self, gname: str, msg: str, need: int) -> None:
+        u = self.info.get(gname, {}).get("units")
+        if u is not None and u.n < u.n_runs:
+            msg += (f" ({u.n_runs} runs are only {u.n} independent units: runs that share a reference, a cluster or "
+                    "identical statistics are one unit; distinct inputs are needed)")
         self.refused[gname] = NotEnoughData(f"group {gname}: {msg}", n_needed=int(need), group=gname)
+
+
+#: a threshold more than this many times the next smaller calibration score (or the
+#: resolution floor, when larger) is set by a run far beyond the rest (:func:`_outlier_flags`)
+OUTLIER_RATIO = 100.0
+
+
+class OutlierRunWarning(UserWarning):
+    """A group's threshold is set by one calibration run far beyond the rest.
+
+    Raised by :func:`tolstat.calibration.engine.certify` (and so by :func:`tolstat.select`)
+    when the order statistic that sets a group's threshold is more than
+    :data:`OUTLIER_RATIO` times the next smaller calibration score (or the resolution floor);
+    the certificate is flagged ``outlier``. ``CertifyOptions(accept_outliers=True)``
+    (``SelectOptions(accept_outliers=True)``) accepts such runs: no warning, flag
+    ``outlier_accepted``.
+    """
+
+
+def _outlier_flags(ctx: _Ctx, gname: str, sorted_scores: np.ndarray, rank: int, floor: float,
+                   stat: str | None = None) -> tuple[str, ...]:
+    """Flag (and warn about) a threshold set by a run far beyond the rest.
+
+    ``sorted_scores`` ascending, ``rank`` the 1-based rank of the threshold among them,
+    ``stat`` the statistic that sets that score (named in the message, for several). The
+    threshold is compared with the next smaller score, or the resolution floor where that
+    is larger (a lone positive score among correctly rounded runs is no outlier of its own
+    kind: it is compared with the floor). Under a continuous law the ratio of the two
+    largest of many scores exceeds ``x`` with probability about ``x**-alpha`` for a tail
+    of index ``alpha`` (Pareto spacings): 1e-4 at ``x = 100`` for a tail as heavy as
+    Student's t with 2 degrees of freedom. A correct kernel's rounding errors are far
+    lighter-tailed, so such a gap points at a run that is not a correct run (a failed
+    launch, another input distribution, a reference computed differently), or, with
+    several statistics, at a normaliser fitted on runs where that statistic was nearly 0.
+    """
+    if rank < 2 or rank > sorted_scores.size:
+        return ()
+    top, nxt = float(sorted_scores[rank - 1]), max(float(sorted_scores[rank - 2]), floor)
+    if not (nxt > 0.0 and top > OUTLIER_RATIO * nxt):
+        return ()
+    if ctx.accept_outliers:
+        return ("outlier_accepted",)
+    by = "" if stat is None else (f" (statistic {stat}; with several statistics the gap may also come from its "
+                                  "normaliser, fitted on runs where it was nearly 0: more calibration runs help)")
+    warnings.warn(
+        f"group {gname}: its threshold {top:.6g} is set by one calibration run {top / nxt:.3g} times the next "
+        f"largest score {nxt:.6g} (more than {OUTLIER_RATIO:g} times){by}: a run that far beyond the rest is "
+        "rarely a correct run (a failed launch, other inputs, a reference computed differently). Check that run "
+        "and drop it, or accept it with SelectOptions(accept_outliers=True) (certify: "
+        "CertifyOptions(accept_outliers=True)); the certificate is flagged 'outlier'",
+        OutlierRunWarning, stacklevel=4)
+    return ("outlier",)
 
 
 def _finish(ctx: _Ctx, gname: str, raw: float, method: str, guarantee: str, q: np.ndarray, an: tuple[str, ...],

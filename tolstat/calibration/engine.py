@@ -67,7 +67,8 @@ import numpy as np
 from tolstat._base import validate as _validate
 from tolstat._base.util import NotEnoughData
 from tolstat._base.validate import unit_interval as _unit_interval
-from tolstat.calibration.certificate import TOP_SCORES, GroupCertificate, _Ctx, _finish, _guarantee_pac, _max_bound
+from tolstat.calibration.certificate import (TOP_SCORES, GroupCertificate, _Ctx, _finish, _guarantee_pac, _max_bound,
+                                            _outlier_flags)
 from tolstat.calibration.pooling import _pool
 from tolstat.calibration.units import (
     _as_matrix,
@@ -133,6 +134,12 @@ class CertifyOptions:
         that is zero on most runs (a bias of the error beyond correct rounding) get a tiny
         normaliser, and its rare large values then set a threshold at which no other
         statistic can ever fail the check.
+    accept_outliers : bool, default False
+        A group whose threshold is set by one calibration score more than
+        :data:`~tolstat.calibration.certificate.OUTLIER_RATIO` times the next smaller one (or
+        the resolution floor) is flagged ``outlier`` with an
+        :class:`~tolstat.calibration.certificate.OutlierRunWarning`; ``True`` accepts such
+        runs as correct (flag ``outlier_accepted``, no warning).
 
     Raises
     ------
@@ -161,8 +168,11 @@ class CertifyOptions:
     min_fit: int = 10
     max_fit: int = 200
     norm_quantile: float = 1.0
+    accept_outliers: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.accept_outliers, (bool, np.bool_)):
+            raise TypeError(f"CertifyOptions.accept_outliers must be True or False, got {self.accept_outliers!r}")
         if self.rule not in RULES:
             raise ValueError(f"CertifyOptions.rule must be one of {RULES}, got {self.rule!r}")
         _unit_interval("CertifyOptions.pool_alpha", self.pool_alpha)
@@ -193,7 +203,7 @@ class CertifyResult:
     fp_budget: float
     confidence: float
     rule: str
-    pool_test: str = "2 min(Anderson-Darling, Mann-Whitney) p vs the rest of the pool, Holm"
+    pool_test: str = "3 min(Anderson-Darling, Mann-Whitney, upper-tail count) p vs the rest of the pool, Holm"
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def __getitem__(self, group: str) -> GroupCertificate:
@@ -280,7 +290,8 @@ def certify(
       threshold is the smallest rank ``r`` with ``binom.cdf(r-1, n_B, 1-a) >= confidence``.
     * ``pooled_order_statistic``: the same promise for the pooled scores; it holds for the
       group when its scores are exchangeable with the pool's. That is tested (two-sided
-      Anderson-Darling and Mann-Whitney tests of the group's scores against the rest of the pool, Holm
+      Anderson-Darling and Mann-Whitney tests and a one-sided upper-tail count test of the
+      group's scores against the rest of the pool, Holm
       over the pool's groups, groups rejected are left out of the pool and refused if
       they needed it), not proved. Normalisers in a pool are shared, fitted on the union of
       the members' fitting parts, so pooled scores are comparable exactly as the statistics
@@ -321,7 +332,7 @@ def certify(
         raise ValueError(f"floor must be >= 0, got {floor!r}")
     ctx = _Ctx(a=a, g=g, rule=o.rule, names=names, floors=floors, uppers=_per_stat("upper", upper, names, math.inf),
                clusters_declared=clab is not None, seed=o.seed, norm_quantile=o.norm_quantile,
-               own_pool=o.pooling and o.pool_normalisers == "own")
+               own_pool=o.pooling and o.pool_normalisers == "own", accept_outliers=o.accept_outliers)
     ctx.info = _group_infos(ctx, m, glab, clab, cov, o.pool_by, o.fit_fraction, o.min_fit, o.max_fit)
     small = _own_thresholds(ctx)
     if small and o.pooling and o.rule == "order_statistic":
@@ -435,7 +446,12 @@ def _own_thresholds(ctx: _Ctx) -> list[str]:
             continue
         s = np.nanmax(v[iB] / q, axis=1)
         r = ctx.rank_of(nB)
-        thr = float(np.sort(s)[r - 1])
+        order = np.argsort(s, kind="stable")
+        ss = s[order]
+        thr = float(ss[r - 1])
+        with np.errstate(invalid="ignore"):
+            top_stat = an[int(np.nanargmax(v[iB][order[r - 1]] / q))] if len(an) > 1 and thr > 0 else None
+        odd = _outlier_flags(ctx, gname, ss, r, float(np.max(ctx.floors[d["active"]] / q)), top_stat)
         if rule == "order_statistic":
             guar = _guarantee_pac(a, g, nB, r, clusters=ctx.clusters_declared)
             reason = (f"order statistic: {nB} calibration units >= {nmin} needed for budget {a:g} at "
@@ -446,7 +462,7 @@ def _own_thresholds(ctx: _Ctx) -> list[str]:
                     "calibration sets; no confidence level; assumes exchangeable units")
             reason = f"split conformal: rank ceil((n+1)(1-a)) = {r} of {nB} scores"
         top = tuple(float(x) for x in np.sort(s)[::-1][:TOP_SCORES]) if rule == "order_statistic" else ()
-        _finish(ctx, gname, thr, rule, guar, q, an, r, nB, reason, top=top)
+        _finish(ctx, gname, thr, rule, guar, q, an, r, nB, reason, top=top, extra_flags=odd)
     return small
 
 

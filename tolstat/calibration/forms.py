@@ -103,7 +103,7 @@ def _certify_options(options: SelectOptions, norm_quantile: float, keys: Sequenc
     # the units of each group's scale (the exchangeability test decides who pools)
     own = operator and len({k[0] for k in keys}) > 1
     return CertifyOptions(seed=options.seed, pooling=options.pooling, norm_quantile=norm_quantile,
-                          pool_normalisers="own" if own else "shared")
+                          pool_normalisers="own" if own else "shared", accept_outliers=options.accept_outliers)
 
 
 def _operator(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray, a: float, g: float, *,

@@ -46,6 +46,10 @@ class SelectOptions:
         ``normalised`` and ``baseline`` forms, solver); only used with a scale ``form``.
     tail : TailOptions, default TailOptions()
         Settings of the tail model (:func:`~tolstat.calibration.selection.calibrate`).
+    accept_outliers : bool, default False
+        Accept calibration runs far beyond the rest as correct runs: no
+        :class:`~tolstat.calibration.certificate.OutlierRunWarning` when one sets a
+        group's threshold (``CertifyOptions.accept_outliers``).
     seed : int, default 0
         Seed of the scale fit's subsample, of the engine's fitting split and of the
         parametric bootstrap.
@@ -74,12 +78,15 @@ class SelectOptions:
     scale: ScaleOptions = field(default_factory=ScaleOptions)
     tail: TailOptions = field(default_factory=TailOptions)
     seed: int = 0
+    accept_outliers: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in SELECT_METHODS:
             raise ValueError(f"SelectOptions.method must be one of {SELECT_METHODS}, got {self.method!r}")
         if self.budget_split not in ("bonferroni", "sidak"):
             raise ValueError(f"SelectOptions.budget_split must be 'bonferroni' or 'sidak', got {self.budget_split!r}")
+        if not isinstance(self.accept_outliers, (bool, np.bool_)):
+            raise TypeError(f"SelectOptions.accept_outliers must be True or False, got {self.accept_outliers!r}")
         if not isinstance(self.pooling, (bool, np.bool_)):
             raise TypeError(f"SelectOptions.pooling must be True or False, got {self.pooling!r}")
         if isinstance(self.seed, (bool, np.bool_)) or not isinstance(self.seed, (int, np.integer)) or self.seed < 0:
