@@ -324,3 +324,15 @@ def test_fold_thresholds_from_mergeable_per_fold_topk(correct, result):
         bound = topk_order_statistic_bound(merged, n, p=0.99, confidence=0.95)
         got = float(result.data.threshold.sel({"method": "tolstat-max_abs"}).sel(budget=0.01, fold=f).isel(group=0))
         assert got == float(bound[0])
+
+
+@pytest.mark.parametrize("op", ["nn/scale3", "a/b/c"])
+def test_op_names_with_a_slash_are_compared_like_any_other(op):
+    rng = np.random.default_rng(4)
+    # 150 cases, two folds: 75 units calibrate each fold, enough at a 5% budget (59)
+    res = compare(_ds(_pairs(rng, 150), op=op), buggy=_ds(_pairs(rng, 20, offset=0.1, kind="buggy"), op=op),
+                  methods=["tolstat-allclose", "study"], budgets=(0.05,), folds=2, cluster="case", progress=False)
+    for m in ("tolstat-allclose", "study"):
+        r = _row(res, m, 0.05)
+        assert r["n_test"] == 450 and r["recall"] > 0.9, r
+

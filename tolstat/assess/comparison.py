@@ -62,7 +62,7 @@ import xarray as xr
 from tolstat._base import validate as _validate
 from tolstat._version import __version__
 from tolstat.assess.folds import _Cells, _group_index, _Groups, _make_folds, _pool_folds, _score_folds
-from tolstat.assess.rules import DEFAULT_METHODS, Rule, _split_key, make_rule
+from tolstat.assess.rules import DEFAULT_METHODS, Rule, _split_key, display_key, make_rule
 from tolstat.dataset.schema import concat, validate
 from tolstat._base.inference import budget_verdict, clopper_pearson
 
@@ -359,7 +359,7 @@ def _result_dataset(cells: _Cells, p: dict[str, np.ndarray], rules: list[Rule], 
             "rule": ("method", np.array([r.describe() for r in rules], dtype=str)),
             "family": ("method", np.array([r.family for r in rules], dtype=str)),
             "budgeted": ("method", np.array([r.budgeted for r in rules], dtype=bool)),
-            "group": np.array(grp.names, dtype=str),
+            "group": np.array([display_key(k) for k in grp.names], dtype=str),
             "op": ("group", np.array(gop, dtype=str)),
             "dtype": ("group", np.array(gdt, dtype=str)),
             "hardware": ("group", np.array(ghw, dtype=str)),
@@ -390,7 +390,7 @@ def _summary_rows(cells: _Cells, p: dict[str, np.ndarray], rules: list[Rule], gr
                 rs = [str(x) for x in cells.reason[ix] if x]
                 group_rows.append(_row(rule, b, int(p["fp"][ix]), int(p["n_test"][ix]), g, float(p["tightness"][ix]),
                                        float(p["stability"][ix]), int(p["n_buggy"][ix]), int(p["caught"][ix]),
-                                       group=key, refused_folds=int(p["refused"][ix]), reason=rs[0] if rs else "",
+                                       group=display_key(key), refused_folds=int(p["refused"][ix]), reason=rs[0] if rs else "",
                                        n_runs=int(np.sum(grp.gi == gj))))
     rows = []
     for mi, rule in enumerate(rules):

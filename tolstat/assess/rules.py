@@ -135,15 +135,28 @@ class Rule:
         return self.describe()
 
 
+#: joins the labels of a group key: a control character, which no dataset label contains
+#: (labels are printable text, :func:`tolstat._base.validate.label_value`), while an op
+#: or hardware label may contain "/" (``nn/scale3``); :func:`display_key` shows a key
+_KEY_SEP = "\x1f"
+
+
 def _keys(ds: xr.Dataset, by: Sequence[str]) -> np.ndarray:
-    """Group key of each run: ``op/dtype/hardware`` with ``*`` for labels not in ``by``."""
+    """Group key of each run: op, dtype and hardware joined by :data:`_KEY_SEP`, with ``*``
+    for labels not in ``by``; :func:`_split_key` inverts it."""
     cols = [np.asarray(ds[n].values).astype(str) if n in by else np.full(ds.sizes["run"], ANY)
             for n in ("op", "dtype", "hardware")]
-    return np.array(["/".join(t) for t in zip(*cols)]) if ds.sizes["run"] else np.empty(0, dtype=str)
+    return np.array([_KEY_SEP.join(t) for t in zip(*cols)]) if ds.sizes["run"] else np.empty(0, dtype=str)
+
+
+def display_key(k: str) -> str:
+    """A group key as shown to users, ``op/dtype/hardware`` (the exact labels are in the
+    result's ``op``, ``dtype`` and ``hardware`` coordinates)."""
+    return "/".join(_split_key(k))
 
 
 def _split_key(k: str) -> tuple[str, str, str]:
-    op, dt, hw = k.split("/", 2)
+    op, dt, hw = k.split(_KEY_SEP)
     return op, dt, hw
 
 
