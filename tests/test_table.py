@@ -7,6 +7,7 @@ References are the documented layout and lookup rules (``docs/selection.md``, th
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import numpy as np
@@ -373,3 +374,19 @@ def test_top_scores_rank_width_is_the_longest_list(tops, width):
     assert t.data.sizes["rank"] == width
     for i, (op, top) in enumerate(zip(("op", "op2"), tops)):
         np.testing.assert_array_equal(t.entry(op, "float32").statistics["max_abs"].top, np.array(top))
+
+
+def test_fit_free_scale_without_a_quantile_round_trips_through_json(tmp_path):
+    # 300 units leave none for a scale fit: the fit-free scale has no quantile (NaN)
+    rng = np.random.default_rng(8)
+    pairs = []
+    for _ in range(300):
+        e = rng.standard_normal(32)
+        pairs.append(((e + rng.standard_normal(32) * 2.0 ** -11 * np.abs(e)).astype(np.float16), e))
+    ds = tolstat.from_pairs(pairs, op="mm", dtype="float16")
+    table = tolstat.select(ds, fp_budget=0.01, form="allclose")
+    assert math.isnan(table.entry("mm", "float16").scale.quantile)
+    back = tolstat.load_table(table.to_json(tmp_path / "t.json") and tmp_path / "t.json")
+    assert math.isnan(back.entry("mm", "float16").scale.quantile)
+    assert back.checksums() == table.checksums()
+    np.testing.assert_array_equal(tolstat.check_runs(ds, back), tolstat.check_runs(ds, table))

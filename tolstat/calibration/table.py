@@ -119,6 +119,19 @@ def _f(v: Any) -> Any:
     return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
 
 
+def _json_safe(obj: Any) -> Any:
+    """``obj`` with every non-finite float as the string :func:`_f` writes (``"nan"``, ...), so
+    that a group's stored JSON is the same before a save and after a load (a fit-free
+    scale has no quantile: NaN)."""
+    if isinstance(obj, Mapping):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return _f(obj)
+    return obj
+
+
 def _digest(obj: Any) -> str:
     """``"sha256:<hex>"`` of the canonical JSON of ``obj`` (sorted keys, no spaces)."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
@@ -259,7 +272,7 @@ class ToleranceTable:
                 "top_scores": (("group", "statistic", "rank"), top),
                 "scale_atol": (gdim, np.array([_uf(s.get("atol", 0.0)) if s else np.nan for s in scales])),
                 "scale_rtol": (gdim, np.array([_uf(s.get("rtol", 0.0)) if s else np.nan for s in scales])),
-                "scale_json": (gdim, np.array([json.dumps(s, sort_keys=True) if s else "" for s in scales],
+                "scale_json": (gdim, np.array([json.dumps(_json_safe(s), sort_keys=True) if s else "" for s in scales],
                                               dtype=str)),
                 "certificate_json": (gdim, np.array([json.dumps(g["certificate"], sort_keys=True)
                                                      if g.get("certificate") else "" for g in groups], dtype=str)),
