@@ -11,10 +11,12 @@ PKG = Path(__file__).resolve().parents[1] / "tolstat"
 
 #: the packages of the data flow, first to last; a module may import modules of its own
 #: package or of earlier ones, never later ones (a new package must be given a place here).
-#: The corpus comes right after measurement: it may use only the base and the metrics.
+#: The operator models (ops) come right after measurement, then the corpus: it may use only
+#: the base, the metrics and the operator models.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("tolstat._version", "tolstat._base", "tolstat._base.*")),
     ("measure", ("tolstat.measure", "tolstat.measure.*")),
+    ("ops", ("tolstat.ops", "tolstat.ops.*")),
     ("corpus", ("tolstat.corpus", "tolstat.corpus.*")),
     ("dataset", ("tolstat.dataset", "tolstat.dataset.*")),
     ("models", ("tolstat.models", "tolstat.models.*")),

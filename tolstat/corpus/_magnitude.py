@@ -1,118 +1,81 @@
-"""Operator magnitudes of the corpus ops: the op applied to absolute inputs (float64).
+"""Operator magnitudes of the corpus ops, computed by :mod:`tolstat.ops`.
 
 For the operator noise model of :mod:`tolstat.measure.noise` each op gets ``m_i`` (the scale of
 the accumulated rounding error of output element ``i``, to be multiplied by
 ``u_acc * sqrt(K)``) and a flag saying whether it works on rows (last axis). The
 magnitudes are computed, like the references, on the inputs as rounded to the dtype.
 
-* matmul, bmm: ``|A| @ |B|``; linear: ``|x| @ |w|.T + |bias|``; conv1d: the same
-  cross-correlation on ``|x|``, ``|w|`` plus ``|bias|``.
-* softmax: ``|ref|`` (the row sum's relative error carries over to every element).
-* log_softmax: ``|x - max| + log(sum exp(x - max)) + 1`` (absolute error of a log:
-  the arguments' magnitude plus the relative error of the sum).
-* layer_norm: ``(|x - mu| + mean|x|) / sqrt(var + eps) * |w| + |b|``: the mean's error,
-  of size ``mean|x|``, is amplified by ``1/sigma`` (cancellation for offset rows).
-* rms_norm: ``|ref|``.
-* mean: ``mean |x|``; cumsum: ``cumsum |x| * sqrt((j+1)/N)`` (element ``j`` sums ``j+1``
-  terms; ``K = N``).
-* attention: ``P @ |V|`` with ``P`` the exact attention probabilities.
-* gelu: ``0.5 |x| (1 + |erf(x / sqrt 2)|)`` (the cancellation in ``1 + erf`` for
-  negative ``x``); silu: ``max(|ref|, |x| tiny_f32 / u_f32)``: ``|ref|``, plus the range
-  of the float32 computation (``exp(-x)`` overflows for ``x < -88.7``, so a correct
-  kernel returns -0 where the exact value, below ``|x| tiny_f32``, is still a bfloat16
-  number).
+Each corpus op is a torch function (the corpus kernels take the inputs of its reference):
+``_CALLS`` maps a case's inputs and params to that function's arguments, and
+:func:`tolstat.ops.op_statistics` derives the magnitude from them (the models and why
+each is what it is: :mod:`tolstat.ops`, ``docs/ops.md``). In brief: matmul, bmm:
+``|A| @ |B|``; linear: ``|x| @ |w|.T + |bias|``; conv1d (``padding="same"``): the same
+cross-correlation on ``|x|``, ``|w|`` plus ``|bias|``; softmax, rms_norm: ``|ref|``;
+log_softmax: ``|x - max| + log(sum exp(x - max)) + 1``; layer_norm:
+``(|x - mu| + mean|x|) / sqrt(var + eps) * |w| + |b|``; mean: ``mean |x|``; cumsum:
+``cumsum |x| * sqrt((j+1)/N)``; attention: ``P @ |V|``; gelu:
+``0.5 |x| (1 + |erf(x / sqrt 2)|)``; silu: ``max(|ref|, |x| tiny_f32 / u_f32)``.
 """
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import numpy as np
-from scipy import special
 
 from tolstat.corpus._base import F64, OPS, np_dtype
+from tolstat.ops import get, op_statistics
 
 __all__ = ["MAGNITUDES", "ROWWISE", "run_magnitude"]
 
-
-def _mm(a, b):
-    return np.abs(a) @ np.abs(b)
+Call = tuple[tuple[Any, ...], dict[str, Any]]
 
 
-def _linear(x, w, bias):
-    return np.abs(x) @ np.abs(w).T + np.abs(bias)
+def _norm(x: np.ndarray, *rest: Any) -> tuple[Any, ...]:
+    return (x, (x.shape[-1],), *rest)
 
 
-def _conv(x, w, bias):
-    from tolstat.corpus._linalg import _conv_ref
+#: corpus op -> (the torch function it is, a case's inputs and params -> its positional and
+#: keyword arguments)
+_CALLS: dict[str, tuple[str, Callable[..., Call]]] = {
+    "matmul": ("matmul", lambda a, b: ((a, b), {})),
+    "bmm": ("bmm", lambda a, b: ((a, b), {})),
+    "linear": ("linear", lambda x, w, bias: ((x, w, bias), {})),
+    "conv1d": ("conv1d", lambda x, w, bias: ((x, w, bias), {"padding": "same"})),
+    "softmax": ("softmax", lambda x: ((x,), {"dim": -1})),
+    "log_softmax": ("log_softmax", lambda x: ((x,), {"dim": -1})),
+    "layer_norm": ("layer_norm", lambda x, weight, bias, eps: (_norm(x, weight, bias), {"eps": eps})),
+    "rms_norm": ("rms_norm", lambda x, weight, eps: (_norm(x, weight), {"eps": eps})),
+    "mean": ("mean", lambda x: ((x,), {"dim": -1, "keepdim": True})),
+    "cumsum": ("cumsum", lambda x: ((x,), {"dim": -1})),
+    "attention": ("scaled_dot_product_attention", lambda q, k, v, causal: ((q, k, v), {"is_causal": bool(causal)})),
+    "gelu": ("gelu", lambda x: ((x,), {})),
+    "silu": ("silu", lambda x: ((x,), {})),
+}
 
-    return _conv_ref(np.abs(x), np.abs(w), np.abs(bias))
-
-
-def _softmax(x):
-    from tolstat.corpus._rowwise import _softmax_ref
-
-    return _softmax_ref(x)
-
-
-def _log_softmax(x):
-    m = x.max(-1, keepdims=True)
-    return np.abs(x - m) + np.log(np.exp(x - m).sum(-1, keepdims=True)) + 1.0
-
-
-def _layer_norm(x, weight, bias, eps):
-    mu = x.mean(-1, keepdims=True)
-    var = ((x - mu) ** 2).mean(-1, keepdims=True)
-    return ((np.abs(x - mu) + np.abs(x).mean(-1, keepdims=True)) / np.sqrt(var + eps)
-            * np.abs(weight) + np.abs(bias))
-
-
-def _rms_norm(x, weight, eps):
-    from tolstat.corpus._rowwise import _rms_ref
-
-    return np.abs(_rms_ref(x, weight, eps))
+#: the corpus dtypes (float16, bfloat16) both compute in float32: the ops' range terms are
+#: those of float32 for either, so the magnitude functions below need no dtype
+_COMPUTE_AS = "float16"
 
 
-def _mean(x):
-    return np.abs(x).mean(-1, keepdims=True)
+def _magnitude(op: str, inputs_and_params: dict[str, Any], dtype: str) -> np.ndarray:
+    name, call = _CALLS[op]
+    args, kwargs = call(**inputs_and_params)
+    return np.asarray(op_statistics(name, args, kwargs, dtype=dtype).magnitude, dtype=F64)
 
 
-def _cumsum(x):
-    n = x.shape[-1]
-    return np.cumsum(np.abs(x), axis=-1) * np.sqrt(np.arange(1, n + 1) / n)
+def _magnitude_of(op: str) -> Callable[..., np.ndarray]:
+    def magnitude(**inputs_and_params: Any) -> np.ndarray:
+        return _magnitude(op, inputs_and_params, _COMPUTE_AS)
 
-
-def _attention(q, k, v, causal):
-    D = q.shape[-1]
-    s = np.matmul(q, np.swapaxes(k, -1, -2)) / np.sqrt(D)
-    if causal:
-        Sq, Sk = s.shape[-2:]
-        s = np.where(np.arange(Sk)[None, :] <= np.arange(Sq)[:, None], s, -np.inf)
-    p = np.exp(s - s.max(-1, keepdims=True))
-    return np.matmul(p / p.sum(-1, keepdims=True), np.abs(v))
-
-
-_TINY32 = float(np.finfo(np.float32).tiny)  # smallest positive normal float32
-_U32 = 2.0 ** -24  # unit roundoff of float32
-
-
-def _gelu(x):
-    return 0.5 * np.abs(x) * (1.0 + np.abs(special.erf(x / np.sqrt(2.0))))
-
-
-def _silu(x):
-    # float32 computes exp(-x), which overflows for x < -88.7 (sigmoid -> 0): a correct
-    # float32 silu then returns -0 where the exact value, below |x| tiny_f32, is still a
-    # bfloat16 number. The range term |x| tiny_f32 / u_f32 makes s_i >= |x| tiny_f32 there.
-    return np.maximum(np.abs(x * special.expit(x)), np.abs(x) * (_TINY32 / _U32))
+    magnitude.__doc__ = f"Magnitude of {op} (the reference's arguments), via tolstat.ops."
+    return magnitude
 
 
 #: op -> magnitude function of the float64 inputs (same arguments as the reference)
-MAGNITUDES = {
-    "matmul": _mm, "bmm": _mm, "linear": _linear, "conv1d": _conv, "softmax": _softmax,
-    "log_softmax": _log_softmax, "layer_norm": _layer_norm, "rms_norm": _rms_norm,
-    "mean": _mean, "cumsum": _cumsum, "attention": _attention, "gelu": _gelu, "silu": _silu,
-}
-#: ops whose output rows (last axis) are computed together
-ROWWISE = {"softmax", "log_softmax", "layer_norm", "rms_norm", "cumsum", "attention"}
+MAGNITUDES: dict[str, Callable[..., np.ndarray]] = {op: _magnitude_of(op) for op in _CALLS}
+#: ops whose output rows (last axis) are computed together (every corpus op works on the last axis)
+ROWWISE = {op for op, (name, _) in _CALLS.items() if get(name).rowwise}
 
 
 def run_magnitude(case, dtype: str) -> np.ndarray:
@@ -128,12 +91,9 @@ def run_magnitude(case, dtype: str) -> np.ndarray:
     numpy.ndarray
         float64, the shape of the reference output.
     """
-    if case.op not in MAGNITUDES:
+    if case.op not in _CALLS:
         raise KeyError(f"no magnitude for op {case.op!r}; known: {sorted(MAGNITUDES)}")
-    dt = np_dtype(dtype)
-    xs = {k: v.astype(F64) for k, v in case._cast(dt).items()}
-    with np.errstate(all="ignore"):
-        return np.asarray(MAGNITUDES[case.op](**xs, **case.params), dtype=F64)
+    return _magnitude(case.op, {**case._cast(np_dtype(dtype)), **case.params}, dtype)
 
 
 missing = sorted(set(OPS) - set(MAGNITUDES))
