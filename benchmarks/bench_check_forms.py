@@ -7,7 +7,7 @@ One run builds a table of every form from the same synthetic calibration pairs (
 which on plain pairs picks the better of ``allclose`` and ``size_aware``; ``form=None``
 (``max_abs``); ``allclose``; ``size_aware`` and ``normalised`` and ``baseline`` (pairs with
 the covariates ``K`` and ``baseline_max_abs``); and the operator form, ``form="auto"`` on
-pairs with a magnitude array, checked with ``magnitude=``), then times, at 1e3, 1e5, 1e6
+pairs with a magnitude array, checked with ``CheckOptions(magnitude=)``), then times, at 1e3, 1e5, 1e6
 and 1e7 elements, one numpy pass ``np.abs(a.astype(np.float64) - e).max()`` and ``check``
 of two outputs: a noisy one (a few ULP off, what a reduction kernel gives) and a correctly
 rounded one (decision value 0). The two are timed alternately, in batches of calls long
@@ -94,7 +94,9 @@ def _check_kwargs(form: str, table, e: np.ndarray) -> dict:
     elif form == "baseline":
         kw["covariates"] = {"baseline_max_abs": 8e-3}
     elif form == "operator":
-        kw["magnitude"] = np.abs(e) + np.sqrt(K)
+        import tolstat
+
+        kw["options"] = tolstat.CheckOptions(magnitude=np.abs(e) + np.sqrt(K))
     return kw
 
 

@@ -158,8 +158,9 @@ def bench_stream(rows, runs):
 
     import tolstat
 
+    # op_model=False: the plain runs the recorded figures were measured on (not tolstat.ops' statistics)
     kw = dict(op="matmul", dtype="fp16", hardware="bench", seed=0,
-              options=tolstat.CollectOptions(progress=False))
+              options=tolstat.CollectOptions(progress=False, op_model=False))
     tolstat.collect(_kernel, _reference, _make, runs=3, **kw)
     d = Path(tempfile.mkdtemp())
     sizes = (runs, 3 * runs)

@@ -439,7 +439,7 @@ def fresh_passed(table: Any, fresh: Sequence[Pair], family: Family, path: str, *
                  fresh_errors: Any = None, vectorised: bool = False) -> np.ndarray:
     """Pass (True) / fail of each fresh correct run checked against ``table``.
 
-    ``vectorised=False``: :func:`tolstat.check` per pair (``magnitude=`` on the operator
+    ``vectorised=False``: :func:`tolstat.check` per pair (``CheckOptions(magnitude=)`` on the operator
     path; the covariate ``K`` always), ``not result.passed`` is a failure. ``True``:
     ``tolstat.check_runs(fresh_errors, table)`` on the error dataset of the same pairs.
     """
@@ -451,7 +451,8 @@ def fresh_passed(table: Any, fresh: Sequence[Pair], family: Family, path: str, *
     out = np.empty(len(fresh), dtype=bool)
     for i, p in enumerate(fresh):
         r = tolstat.check(p.actual, p.expected, op=p.op, dtype=family.dtype, table=table, hardware=HARDWARE,
-                          covariates=p.covariates, magnitude=p.magnitude if path == "operator" else None)
+                          covariates=p.covariates,
+                          options=tolstat.CheckOptions(magnitude=p.magnitude if path == "operator" else None))
         out[i] = bool(r.passed)
     return out
 

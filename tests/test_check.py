@@ -16,6 +16,8 @@ from tolstat.measure import noise
 from tolstat.measure.metrics import error_metrics
 from tolstat.models.scale import ScaleModel
 
+REF = tolstat.CheckOptions(magnitude="ref")
+
 pytest_plugins = ["pytester"]
 
 
@@ -112,7 +114,8 @@ def test_size_aware_needs_covariate():
         K = int(r.choice([16, 64]))
         return tolstat.Inputs(args=(r.standard_normal((8, K)),), covariates={"K": K})
 
-    ds = tolstat.collect(k, ref, mk, op="sum", dtype="float16", runs=400, hardware="cpu", options=tolstat.CollectOptions(progress=False))
+    ds = tolstat.collect(k, ref, mk, op="sum", dtype="float16", runs=400, hardware="cpu",
+                         options=tolstat.CollectOptions(progress=False, op_model=False))  # sums rows: not torch.sum(x)
     t = select(ds, fp_budget=0.02, form="size_aware")
     x = np.random.default_rng(0).standard_normal((8, 64))
     with pytest.raises(ValueError, match="'K'"):
@@ -242,12 +245,15 @@ def test_assert_close_passes_its_options_on():
     nan_ref = np.array([1.0, np.nan])
     with pytest.raises(ValueError, match="reference .* contains 1 NaN"):
         assert_close(np.array([1.0, np.nan]), nan_ref, op="mm", dtype="float64", table=t)
-    r = assert_close(np.array([1.0, np.nan]), nan_ref, op="mm", dtype="float64", table=t, allow_nan=True)
+    r = assert_close(np.array([1.0, np.nan]), nan_ref, op="mm", dtype="float64", table=t,
+                     options=tolstat.CheckOptions(allow_nan=True))
     assert r.passed and r.statistics["max_abs"] == 0.0
     # hardware_policy: 'error' refuses an uncalibrated machine, 'nearest' takes the only one
     with pytest.raises(KeyError, match="gpuB"):
-        assert_close(EXP, EXP, op="mm", dtype="float64", table=t, hardware="gpuB", hardware_policy="error")
-    r = assert_close(EXP, EXP, op="mm", dtype="float64", table=t, hardware="gpuB", hardware_policy="nearest")
+        assert_close(EXP, EXP, op="mm", dtype="float64", table=t, hardware="gpuB",
+                     options=tolstat.CheckOptions(hardware_policy="error"))
+    r = assert_close(EXP, EXP, op="mm", dtype="float64", table=t, hardware="gpuB",
+                     options=tolstat.CheckOptions(hardware_policy="nearest"))
     assert r.hardware == "gpuA"
 
 
@@ -263,7 +269,8 @@ def test_assert_close_takes_exactly_the_keywords_of_check():
     with pytest.raises(TypeError, match=r"needs the keyword argument\(s\) \['table'\]"):
         assert_close(EXP, EXP, op="mm", dtype="float64")
     kw = {n for n, p in inspect.signature(check).parameters.items() if p.kind is p.KEYWORD_ONLY}
-    assert kw == set(tolstat.checks.checking._CHECK_KEYWORDS) and {"op", "magnitude", "hardware_policy"} <= kw
+    assert kw == set(tolstat.checks.checking._CHECK_KEYWORDS) and {"op", "inputs", "params", "options"} <= kw
+    assert not {"magnitude", "allow_nan", "hardware_policy"} & kw  # in CheckOptions
 
 
 def test_assert_close_forwards_covariates(mul3):
@@ -277,7 +284,8 @@ def test_assert_close_forwards_covariates(mul3):
         K = int(r.choice([16, 64]))
         return tolstat.Inputs(args=(r.standard_normal((8, K)),), covariates={"K": K})
 
-    ds = tolstat.collect(k, ref, mk, op="sum", dtype="float16", runs=200, hardware="cpu", options=tolstat.CollectOptions(progress=False))
+    ds = tolstat.collect(k, ref, mk, op="sum", dtype="float16", runs=200, hardware="cpu",
+                         options=tolstat.CollectOptions(progress=False, op_model=False))  # sums rows: not torch.sum(x)
     t = select(ds, fp_budget=0.05, form="size_aware")
     x = np.random.default_rng(0).standard_normal((8, 64))
     r = assert_close(k(x), ref(x), op="sum", dtype="float16", table=t, covariates={"K": 64})
@@ -395,7 +403,7 @@ def test_operator_check_values_thresholds_and_worst_element(bug):
     st = _expected(a, e)
     s = max(v / OP_NORMALISERS[k] for k, v in st.items())
     thr = 1.5 * s if bug == 0 else 0.5 * s
-    r = tolstat.check(a, e, op="softmax", dtype="float16", table=_optable(thr), magnitude="ref")
+    r = tolstat.check(a, e, op="softmax", dtype="float16", table=_optable(thr), options=REF)
     assert r.passed == (bug == 0)
     assert r.statistics["op_score"] == pytest.approx(s, rel=1e-12)
     for k, v in st.items():
@@ -419,21 +427,21 @@ def test_operator_check_rowwise_flag_and_op_are_used():
     flat = _expected(a, e, rowwise=False)
     rows = _expected(a, e, rowwise=True)
     assert math.isnan(flat["op_row_rms_max"]) and not math.isnan(rows["op_row_rms_max"])
-    r = tolstat.check(a, e, op="softmax", dtype="float16", table=_optable(100.0), magnitude="ref")
+    r = tolstat.check(a, e, op="softmax", dtype="float16", table=_optable(100.0), options=REF)
     assert r.statistics["op_row_rms_max"] == pytest.approx(rows["op_row_rms_max"], rel=1e-9)
     assert r.statistics["inv_row_sum"] == pytest.approx(rows["inv_row_sum"], rel=1e-9)
 
 
 def test_operator_check_reduction_length_default_and_covariate():
     a, e = _softmax_pair()
-    r1 = tolstat.check(a, e, op="softmax", dtype="float16", table=_optable(100.0), magnitude="ref")
+    r1 = tolstat.check(a, e, op="softmax", dtype="float16", table=_optable(100.0), options=REF)
     assert r1.statistics["op_rms"] == pytest.approx(_expected(a, e, K=1.0)["op_rms"], rel=1e-9)
     t = _optable(100.0, covariates=["K"])
-    r64 = tolstat.check(a, e, op="softmax", dtype="float16", table=t, magnitude="ref", covariates={"K": 64})
+    r64 = tolstat.check(a, e, op="softmax", dtype="float16", table=t, options=REF, covariates={"K": 64})
     assert r64.statistics["op_rms"] == pytest.approx(_expected(a, e, K=64.0)["op_rms"], rel=1e-9)
     assert r64.statistics["op_rms"] != r1.statistics["op_rms"]
     with pytest.raises(ValueError, match="needs the covariate K"):
-        tolstat.check(a, e, op="softmax", dtype="float16", table=t, magnitude="ref")
+        tolstat.check(a, e, op="softmax", dtype="float16", table=t, options=REF)
 
 
 def test_operator_check_magnitude_requirement():
@@ -441,7 +449,7 @@ def test_operator_check_magnitude_requirement():
     # calibrated without a magnitude: none needed
     assert tolstat.check(a, e, op="softmax", dtype="float16", table=_optable(100.0)).passed
     for t in (_optable(100.0, needs_magnitude=True), _optable(100.0, drop_needs=True)):  # default: needed
-        with pytest.raises(ValueError, match="pass magnitude="):
+        with pytest.raises(ValueError, match="pass inputs="):
             tolstat.check(a, e, op="softmax", dtype="float16", table=t)
 
 
@@ -452,10 +460,10 @@ def test_operator_check_ratio_of_zero_against_a_zero_threshold_is_zero():
                         "needs_magnitude": False, "guarantee": "PAC: test"}
     t = _table([g], statistic="op_score")
     e = np.array([[0.25, 0.5, 0.125, 0.125]])  # exactly representable in float16
-    r = tolstat.check(e.astype(np.float16), e, op="softmax", dtype="float16", table=t, magnitude="ref")
+    r = tolstat.check(e.astype(np.float16), e, op="softmax", dtype="float16", table=t, options=REF)
     assert r.passed and r.statistics == {"op_score": 0.0, "op_max": 0.0, "op_rms": 0.0}
     assert r.ratios == {"op_score": 0.0, "op_max": 0.0, "op_rms": 0.0}  # 0 / 0 is "at no fraction"
     bad = e.astype(np.float16)
     bad[0, 0] = np.float16(0.375)
-    r = tolstat.check(bad, e, op="softmax", dtype="float16", table=t, magnitude="ref")
+    r = tolstat.check(bad, e, op="softmax", dtype="float16", table=t, options=REF)
     assert not r.passed and r.ratios["op_score"] == math.inf

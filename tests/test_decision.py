@@ -63,7 +63,7 @@ def operator():
 def _check(pair, table):
     out, ref, mag, cov = pair
     return tolstat.check(out, ref, op="matmul", dtype="fp16", table=table, hardware=HW,
-                         covariates=cov["covariates"], magnitude=mag)
+                         covariates=cov["covariates"], options=tolstat.CheckOptions(magnitude=mag))
 
 
 PLAIN_FORMS = [dict(), dict(form="allclose"), dict(form="size_aware"), dict(form=None),

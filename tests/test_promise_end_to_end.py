@@ -86,7 +86,7 @@ def test_default_select_keeps_budget_with_undeclared_clustered_variants():
 @pytest.mark.parametrize("form", ["default", "operator"])
 @pytest.mark.slow
 def test_operator_path_keeps_budget_on_fresh_runs(form):
-    """300 runs with |A| @ |B| magnitudes and K; checks pass magnitude= and covariates={'K': k}."""
+    """300 runs with |A| @ |B| magnitudes and K; checks pass CheckOptions(magnitude=) and covariates={'K': k}."""
     _assert_keeps_promise(_cells("light_operator_300")[form])
 
 

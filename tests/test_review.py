@@ -98,9 +98,9 @@ def test_check_and_cli_take_the_policy(tmp_path, capsys):
     x = np.zeros(8, np.float16)
     with pytest.raises(KeyError, match="hardware_policy='error'"):
         tolstat.check(x, x.astype(np.float64), op="mm", dtype="float16", table=t, hardware="cpu:here",
-                      hardware_policy="error")
+                      options=tolstat.CheckOptions(hardware_policy="error"))
     r = tolstat.check(x, x.astype(np.float64), op="mm", dtype="float16", table=t, hardware="cpu:here",
-                      hardware_policy="nearest")
+                      options=tolstat.CheckOptions(hardware_policy="nearest"))
     assert r.passed and "nearest hardware" in r.fallback and "nearest hardware" in r.message()
     np.save(tmp_path / "a.npy", x)
     np.save(tmp_path / "e.npy", x.astype(np.float64))
@@ -148,7 +148,7 @@ def two_tables(tmp_path_factory):
         return tolstat.Inputs(args=(rng.standard_normal(int(rng.choice([32, 128]))),))
 
     ds = tolstat.concat([tolstat.collect(kern, ref, mk, op=op, dtype="float16", runs=500, hardware=hw,
-                                         options=tolstat.CollectOptions(progress=False), seed=s)
+                                         options=tolstat.CollectOptions(progress=False, op_model=False), seed=s)
                          for s, (op, hw) in enumerate([("cumsum", "cpu:a"), ("cumsum", "cpu:b"),
                                                        ("csum2", "cpu:a")])])
     keep = np.flatnonzero(np.random.default_rng(1).random(ds.sizes["run"]) > 0.1)

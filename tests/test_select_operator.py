@@ -70,29 +70,29 @@ def test_check_passes_correct_fails_bug_and_names_statistic(table):
     fails = 0
     for _ in range(50):
         a, e, m = _rowsum(rng)
-        fails += not tolstat.check(a, e, op="rowsum", dtype="float16", table=table, magnitude=m).passed
+        fails += not tolstat.check(a, e, op="rowsum", dtype="float16", table=table, options=tolstat.CheckOptions(magnitude=m)).passed
     assert fails <= 3
     a, e, m = _rowsum(rng, bug=0.05)
-    r = tolstat.check(a, e, op="rowsum", dtype="float16", table=table, magnitude=m)
+    r = tolstat.check(a, e, op="rowsum", dtype="float16", table=table, options=tolstat.CheckOptions(magnitude=m))
     assert not r.passed and "op_score" in r.failed
     assert len(r.failed) >= 2  # the score and at least one statistic over its share
     msg = r.message()
     assert "trips first" in msg and "guarantee of this threshold: PAC" in msg
     with pytest.raises(AssertionError, match="FAILED"):
-        tolstat.assert_close(a, e, op="rowsum", dtype="float16", table=table, magnitude=m)
+        tolstat.assert_close(a, e, op="rowsum", dtype="float16", table=table, options=tolstat.CheckOptions(magnitude=m))
 
 
 def test_correctly_rounded_always_passes(table):
     rng = np.random.default_rng(7)
     _, e, m = _rowsum(rng)
     e = e * 100  # far outside the calibration range
-    r = tolstat.check(e.astype(np.float16), e, op="rowsum", dtype="float16", table=table, magnitude=m * 100)
+    r = tolstat.check(e.astype(np.float16), e, op="rowsum", dtype="float16", table=table, options=tolstat.CheckOptions(magnitude=m * 100))
     assert r.passed and r.statistics["op_score"] == 0.0
 
 
 def test_magnitude_required_and_clear(table):
     a, e, m = _rowsum(np.random.default_rng(1))
-    with pytest.raises(ValueError, match="pass magnitude="):
+    with pytest.raises(ValueError, match="pass inputs="):
         tolstat.check(a, e, op="rowsum", dtype="float16", table=table)
 
 

@@ -78,7 +78,7 @@ def _pair(seed=7, bug=0.0, zero=False):
 def _check(table, **kw):
     out, ref, mag, cov = _pair(**kw)
     return tolstat.check(out, ref, op=OP, dtype="float16", table=table, hardware=HW, covariates=cov,
-                         magnitude=mag)
+                         options=tolstat.CheckOptions(magnitude=mag))
 
 
 def _saved(table, path):

@@ -36,15 +36,15 @@ _LAZY: dict[str, str] = {
     "NotEnoughData": "_base.util",
     "ToleranceTable": "calibration.table", "load_table": "calibration.table",
     "CheckResult": "checks.result", "assert_close": "checks.checking", "check": "checks.checking",
-    "check_runs": "checks.checking",
+    "check_runs": "checks.checking", "CheckOptions": "checks.options",
     "CompareResult": "assess.comparison", "compare": "assess.comparison",
     "ShiftResult": "assess.hwshift", "shift": "assess.hwshift",
 }
 #: the packages of the flow, exposed as attributes (``tolstat.dataset``, ...) and imported on first access
-_SUBMODULES = ("measure", "dataset", "models", "calibration", "checks", "assess", "corpus")
+_SUBMODULES = ("measure", "ops", "dataset", "models", "calibration", "checks", "assess", "corpus")
 
 if TYPE_CHECKING:  # static analysers see the eager imports
-    from tolstat import assess, calibration, checks, corpus, dataset, measure, models
+    from tolstat import assess, calibration, checks, corpus, dataset, measure, models, ops
     from tolstat.assess.comparison import CompareResult, compare
     from tolstat.assess.hwshift import ShiftResult, shift
     from tolstat._base.util import NotEnoughData
@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # static analysers see the eager imports
     from tolstat.calibration.selection import select
     from tolstat.calibration.table import ToleranceTable, load_table
     from tolstat.checks.checking import assert_close, check, check_runs
+    from tolstat.checks.options import CheckOptions
     from tolstat.checks.result import CheckResult
     from tolstat.dataset.collection import collect, from_pairs
     from tolstat.dataset.runs import Inputs
@@ -90,7 +91,7 @@ __all__ = [
     # calibrate a tolerance table
     "select", "SelectOptions", "certify", "fit", "NotEnoughData", "ToleranceTable", "load_table",
     # check outputs against it
-    "check", "check_runs", "assert_close", "CheckResult",
+    "check", "check_runs", "assert_close", "CheckOptions", "CheckResult",
     # assess tolerance rules
     "compare", "CompareResult", "shift", "ShiftResult",
 ]

@@ -8,4 +8,4 @@ fast path for default tables (:mod:`~tolstat.checks.fast`) and the pytest plugin
 
 from tolstat._base.lazy import namespace as _namespace
 
-__getattr__, __dir__ = _namespace(__name__, ("checking", "result", "fast"))
+__getattr__, __dir__ = _namespace(__name__, ("checking", "options", "result", "fast"))

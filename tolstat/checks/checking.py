@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from tolstat.calibration.table import ToleranceEntry, ToleranceTable
 from tolstat.calibration.decision import entry_failed_runs, pair_is_correctly_rounded, pair_value
 from tolstat.checks.fast import cached_entry, cached_plan, cr_mode, fast_check, finish_cr, unravel
 from tolstat.measure.fused import check_pass, format_layout
+from tolstat.checks.options import CheckOptions, check_options
 from tolstat.checks.result import CheckResult
 
 __all__ = ["check", "check_runs", "check_metrics", "assert_close"]
@@ -40,11 +41,11 @@ def check(
     op: str,
     dtype: Any,
     table: ToleranceTable,
+    inputs: Sequence[Any] | None = None,
+    params: Mapping[str, Any] | None = None,
     hardware: str | None = None,
     covariates: Mapping[str, Any] | None = None,
-    allow_nan: bool = False,
-    hardware_policy: str | None = None,
-    magnitude: Any = None,
+    options: CheckOptions | None = None,
 ) -> CheckResult:
     """Check one kernel output against its float64 reference with a calibrated table.
 
@@ -59,22 +60,26 @@ def check(
         The table group; ``dtype`` is the target dtype (any spelling).
     table : ToleranceTable
         From :func:`tolstat.select` or :func:`tolstat.load_table`.
+    inputs : sequence, optional
+        The positional arguments of the torch function named by ``op``, exactly as the
+        kernel took them (e.g. ``(x, (n,), w, b)`` for ``layer_norm``). With them the
+        operator statistics come from :func:`tolstat.ops.op_statistics`: the magnitude
+        and the reduction length ``K`` of an operator-form group, and ``K`` of a scale
+        form that uses it. An op :mod:`tolstat.ops` does not know raises its error
+        (naming :func:`tolstat.ops.register`).
+    params : mapping, optional
+        The keyword arguments of that function (e.g. ``{"eps": 1e-5}``); only with ``inputs``.
     hardware : str, optional
         Hardware label; falls back as :meth:`ToleranceTable.entry` documents.
     covariates : mapping, optional
         Run covariates the table's scale model needs (e.g. ``{"K": 512}``): finite
         real numbers. ``ref_rms``, ``ref_max_abs`` and ``n_elements`` are computed from
         ``expected`` and may not be given (``ValueError`` naming the key): a user value
-        could switch the check off.
-    allow_nan : bool, default False
-        Passed to :func:`tolstat.error_metrics`.
-    hardware_policy : {None, "exact", "pooled", "nearest", "error"}
-        Passed to :meth:`ToleranceTable.entry` (:mod:`tolstat.calibration.hwpolicy`).
-    magnitude : array_like or "ref", optional
-        The operator applied to the absolute inputs (``|A| @ |B|`` for a matrix
-        product; ``docs/noise.md``), same shape as ``expected``: needed by a group
-        calibrated with the operator form (``op_score``); ``"ref"`` when the table was
-        calibrated with ``magnitude="ref"``. Ignored by the other forms.
+        could switch the check off. With ``inputs``, ``K`` is derived and need not be given.
+    options : CheckOptions, optional
+        The expert override of the operator magnitude, ``allow_nan`` and
+        ``hardware_policy`` (:class:`~tolstat.checks.options.CheckOptions`); default
+        ``CheckOptions()``.
 
     Returns
     -------
@@ -83,22 +88,38 @@ def check(
     Raises
     ------
     KeyError
-        No table group for (op, dtype, hardware).
+        No table group for (op, dtype, hardware); with ``inputs``, an op
+        :mod:`tolstat.ops` does not know.
     ValueError
         Shape mismatch, NaN reference, a covariate the scale model needs is missing,
-        a covariate that is NaN/inf or computed.
+        a covariate that is NaN/inf or computed; an operator-form group without
+        ``inputs`` or a magnitude; ``inputs`` together with ``options.magnitude``;
+        a covariate ``K`` that differs from the one ``inputs`` give; ``params``
+        without ``inputs``.
     TypeError
         Non-float arrays (integer, complex, string, structured), a covariate that is
-        not a real number (a list, a string).
+        not a real number (a list, a string), ``options`` not a
+        :class:`~tolstat.checks.options.CheckOptions`, ``inputs`` not a sequence or
+        ``params`` not a mapping.
+
+    Examples
+    --------
+    ``check(out, ref, op="layer_norm", dtype="float16", inputs=(x, (n,), w, b),
+    params={"eps": 1e-5}, table=t)``.
     """
     if not isinstance(table, ToleranceTable):
         raise TypeError(f"table must be a ToleranceTable, got {type(table).__name__}")
+    opts = check_options(options)
     dt = canonical_dtype(dtype)
-    plan = cached_plan(table, op, dt, hardware, hardware_policy=hardware_policy)
+    plan = cached_plan(table, op, dt, hardware, hardware_policy=opts.hardware_policy)
     ent = plan.entry
     a = as_array(actual, name="actual")
     e = as_array(expected, name="expected")
     covariates = _validate.covariates(covariates, computed=BUILTIN_COVARIATES)
+    magnitude, covariates = resolve_op_inputs(ent, op, dt, inputs, params, covariates, opts.magnitude)
+    if inputs is not None and magnitude is not None and np.shape(magnitude) != e.shape:
+        raise ValueError(f"the inputs of {op!r} give an output of shape {np.shape(magnitude)} but expected has "
+                         f"shape {e.shape}: pass the op's own arguments as inputs=")
     # one fused pass where the entry and the pair allow it; its result, passed or failed, is
     # the general path's (check_metrics, the definition) bit for bit (tests/test_fastcheck.py)
     if ent.operator:
@@ -107,8 +128,66 @@ def check(
         fast = fast_check(a, e, plan, covariates)
     if fast is not None:
         return fast
-    m = error_metrics(a, e, dtype=dt, allow_nan=allow_nan)
+    m = error_metrics(a, e, dtype=dt, allow_nan=opts.allow_nan)
     return check_metrics(m, a, e, ent, covariates, magnitude=magnitude)
+
+
+def resolve_op_inputs(entry: ToleranceEntry, op: str, dtype: str, inputs: Sequence[Any] | None,
+                      params: Mapping[str, Any] | None, covariates: Mapping[str, float],
+                      magnitude: Any) -> tuple[Any, dict[str, float]]:
+    """The magnitude and covariates a check of ``entry`` uses, with the op's ``inputs``.
+
+    Without ``inputs`` they are ``magnitude`` and ``covariates`` as given. With them,
+    where the entry uses operator statistics (the operator form) or ``K`` (a scale form
+    with the covariate ``K``, or ``K`` given anyway), :func:`tolstat.ops.op_statistics`
+    gives the magnitude (operator form) and ``K``; otherwise the op is only looked up,
+    so an unknown op raises whatever the entry's form.
+
+    Raises
+    ------
+    ValueError
+        ``params`` without ``inputs``, ``inputs`` with ``magnitude``, or a given ``K``
+        that differs from the op's.
+    KeyError
+        An op :mod:`tolstat.ops` does not know (its message names how to register it).
+    """
+    if inputs is None:
+        if params is not None:
+            raise ValueError(f"params={_short(params)} needs inputs= (the op's positional arguments)")
+        return magnitude, dict(covariates)
+    _validate_op_args(inputs, params)
+    if magnitude is not None:
+        raise ValueError("pass either inputs= (the operator statistics are derived from them) or "
+                         "CheckOptions(magnitude=...), not both")
+    from tolstat import ops
+
+    scale_k = entry.scale is not None and "K" in entry.scale.covariates
+    if not (entry.operator or scale_k or "K" in covariates):
+        ops.get(op)  # an unknown op raises here too, whatever the entry's form
+        return None, dict(covariates)
+    st = ops.op_statistics(op, tuple(inputs), params, dtype=dtype)
+    cov = dict(covariates)
+    k = float(st.K)
+    if "K" in cov and cov["K"] != k:
+        raise ValueError(f"covariates K={cov['K']:g} but the inputs of {op!r} give K={k:g}: leave K out "
+                         "of covariates (it is derived from inputs=) or fix it")
+    cov["K"] = k
+    return (st.magnitude if entry.operator else None), cov
+
+
+def _validate_op_args(inputs: Any, params: Any) -> None:
+    """``inputs`` a sequence (not a string or a mapping), ``params`` a mapping or None."""
+    if isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, (tuple, list)):
+        raise TypeError(f"inputs must be a tuple or list of the op's positional arguments, got "
+                        f"{_short(inputs)} ({type(inputs).__name__})")
+    if params is not None and not isinstance(params, Mapping):
+        raise TypeError(f"params must be a mapping of the op's keyword arguments or None, got "
+                        f"{_short(params)} ({type(params).__name__})")
+
+
+def _short(value: Any) -> str:
+    r = repr(value)
+    return r if len(r) <= 80 else r[:77] + "..."
 
 
 def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceEntry,
@@ -159,9 +238,11 @@ def _op_inputs(ent: ToleranceEntry, covariates: Mapping[str, Any] | None, magnit
     cert = ent.certificate or {}
     where = f"table group ({ent.op}, {ent.dtype}, {ent.hardware})"
     if magnitude is None and cert.get("needs_magnitude", True):
-        raise ValueError(f"{where} was calibrated with operator statistics (form 'operator'): pass magnitude= "
-                         "(the op applied to the absolute inputs, e.g. |A| @ |B|; or 'ref' when the table was "
-                         "calibrated with magnitude='ref')")
+        raise ValueError(f"{where} was calibrated with operator statistics (form 'operator'): pass inputs= "
+                         "(and params=), the op's own arguments, so that tolstat.ops derives the magnitude and K "
+                         "(register an op it does not know with tolstat.ops.register), or the expert override "
+                         "options=CheckOptions(magnitude=...) (the op applied to the absolute inputs, e.g. "
+                         "|A| @ |B|; 'ref' when the table was calibrated with magnitude='ref')")
     if isinstance(magnitude, str):
         if magnitude != "ref":
             raise ValueError(f"magnitude must be an array or 'ref', got {magnitude!r}")
@@ -169,7 +250,8 @@ def _op_inputs(ent: ToleranceEntry, covariates: Mapping[str, Any] | None, magnit
     K = 1.0
     if "K" in cert.get("covariates", []):
         if not covariates or "K" not in covariates:
-            raise ValueError(f"{where} needs the covariate K (the reduction length): pass covariates={{'K': ...}}")
+            raise ValueError(f"{where} needs the covariate K (the reduction length): pass inputs= (and params=) "
+                             "to derive it, or covariates={'K': ...}")
         K = float(covariates["K"])
     return magnitude, K
 
@@ -293,8 +375,8 @@ def assert_close(actual: Any, expected: Any, *, msg: str | None = None, **kwargs
         Text put before the explanation.
     **kwargs
         The keyword arguments of :func:`check` (``op``, ``dtype`` and ``table`` required;
-        ``hardware``, ``covariates``, ``allow_nan``, ``hardware_policy``, ``magnitude``):
-        one definition of what a check takes, so the two never differ.
+        ``inputs``, ``params``, ``hardware``, ``covariates``, ``options``): one
+        definition of what a check takes, so the two never differ.
 
     Returns
     -------
@@ -341,7 +423,8 @@ def check_runs(errors: Any, table: ToleranceTable, *, hardware_policy: str | Non
     ----------
     errors : xarray.Dataset
         Error dataset (``tolstat.from_pairs``, ``tolstat.collect``, ``tolstat.open_errors``).
-        Operator-form groups need its operator statistics (collected with ``magnitude=``).
+        Operator-form groups need its operator statistics (collected with ``inputs``, or
+        with a magnitude).
     table : ToleranceTable
     hardware_policy : {None, "exact", "pooled", "nearest", "error"}
         As in :func:`check`.

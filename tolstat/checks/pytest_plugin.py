@@ -35,11 +35,15 @@ Fixtures and marker
 ``tolstat_table``
     The session's table (after the suite-budget split, if any).
 ``tolstat_check``
-    ``tolstat_check(actual, expected, *, op=None, dtype=None, covariates=None,
-    hardware=None)``: :func:`tolstat.assert_close` with the session table; returns the
-    :class:`~tolstat.checks.result.CheckResult`. Session-scoped (safe in Hypothesis ``@given``
-    tests); ``op``/``dtype``/``covariates`` default to those of the test's
-    ``@pytest.mark.tolstat(op=..., dtype=..., covariates=...)`` marker.
+    ``tolstat_check(actual, expected, *, op=None, dtype=None, inputs=None, params=None,
+    covariates=None, hardware=None, options=None)``: :func:`tolstat.assert_close` with the
+    session table; returns the :class:`~tolstat.checks.result.CheckResult`. Session-scoped
+    (safe in Hypothesis ``@given`` tests); ``op``/``dtype``/``covariates`` default to those
+    of the test's ``@pytest.mark.tolstat(op=..., dtype=..., covariates=...)`` marker.
+    ``inputs``/``params`` (the op's own arguments) give the operator statistics
+    (:func:`tolstat.check`), and recorded runs then carry them (the operator-noise
+    statistics and the covariate ``K``), so recalibrating from the records can use the
+    operator form.
 """
 
 from __future__ import annotations
@@ -240,36 +244,59 @@ class TolstatSession:
             raise pytest.UsageError(f"tolstat: {exc}") from None
 
     def record(self, actual: Any, expected: Any, *, op: str, dtype: str, nodeid: str,
-               covariates: Mapping[str, Any] | None) -> None:
-        """Keep the error summary of a passing check (deterministic for a given test and call)."""
+               covariates: Mapping[str, Any] | None, inputs: Any = None,
+               params: Mapping[str, Any] | None = None) -> None:
+        """Keep the error summary of a passing check (deterministic for a given test and call).
+
+        With ``inputs`` (and ``params``), the op's own arguments, the record carries the
+        operator-noise statistics and the covariate ``K`` that :mod:`tolstat.ops` derives
+        from them (:func:`tolstat.dataset.runs.derive_op_statistics`), what recalibrating
+        an operator-form table needs.
+        """
         import numpy as np  # here, not at module level: pytest start-up stays light
 
         from tolstat.dataset.records import summarize_run
+        from tolstat.dataset.runs import derive_op_statistics
         from tolstat.dataset.schema import reference_fingerprint
         from tolstat.measure.metrics import as_array, error_metrics
+        from tolstat.measure.noise import record_statistics
 
+        cov = {str(c): float(v) for c, v in (covariates or {}).items()}
+        op_stats: dict[str, float] = {}
+        rowwise = None
+        if inputs is not None:
+            mag, cov, rowwise = derive_op_statistics(op, inputs, params, dtype=dtype, covariates=cov)
+            op_stats = record_statistics(actual, expected, dtype=dtype, magnitude=mag, K=cov["K"],
+                                         rowwise=rowwise, op=op)
         m = error_metrics(actual, expected, dtype=dtype)
         hw, plat = self.hardware
         k = self._counts.get(nodeid, 0)
         self._counts[nodeid] = k + 1
         rec = summarize_run(
             m, op=op, hardware=hw, platform=plat, seed=-1, run_index=len(self.records), labels={"test": nodeid},
-            covariates={str(c): float(v) for c, v in (covariates or {}).items()},
-            rng=np.random.default_rng([zlib.crc32(nodeid.encode()), k]),
+            covariates=cov, rng=np.random.default_rng([zlib.crc32(nodeid.encode()), k]),
         )
+        rec.op_stats, rec.op_rowwise = op_stats, rowwise
         # the same test with the same inputs on another CI run is the same unit, not a new draw
         rec.ref_fingerprint = reference_fingerprint(as_array(expected, name="expected"))
         self.records.append(rec)
 
     def _dataset(self) -> Any:
+        from tolstat.dataset.merge import merge_records
         from tolstat.dataset.records import build_dataset
 
         names = sorted({k for r in self.records for k in r.covariates})
         for r in self.records:  # every run needs the same covariates: NaN where a test gave none
             for k in names:
                 r.covariates.setdefault(k, math.nan)
-        return build_dataset(self.records, provenance={"created_by": "tolstat.checks.pytest_plugin",
-                                                       "worker": self.worker or "main"})
+        # runs with the same operator statistics (none, or those of one op) build one dataset;
+        # several are merged, each run keeping its own (NaN where it has none)
+        parts: dict[tuple[Any, ...], list[Any]] = {}
+        for r in self.records:
+            parts.setdefault((tuple(r.op_stats), r.op_rowwise), []).append(r)
+        prov = {"created_by": "tolstat.checks.pytest_plugin", "worker": self.worker or "main"}
+        dss = [build_dataset(rs, provenance=prov) for rs in parts.values()]
+        return dss[0] if len(dss) == 1 else merge_records(dss, dedupe=False)
 
     def write_part(self) -> None:
         """xdist worker: write this worker's records to the controller's parts folder."""
@@ -417,11 +444,15 @@ def tolstat_table(pytestconfig: pytest.Config) -> Any:
 
 @pytest.fixture(scope="session")
 def tolstat_check(pytestconfig: pytest.Config) -> Any:
-    """A function ``(actual, expected, *, op=None, dtype=None, covariates=None, hardware=None,
-    magnitude=None)`` that asserts closeness with the session table and records passing checks.
+    """A function ``(actual, expected, *, op=None, dtype=None, inputs=None, params=None,
+    covariates=None, hardware=None, options=None)`` that asserts closeness with the session
+    table and records passing checks.
 
-    ``magnitude`` (the op on absolute inputs, or ``"ref"``) is needed by tables of the
-    operator form (:func:`tolstat.check`).
+    ``inputs``/``params`` (the positional and keyword arguments of the torch function
+    named by ``op``) give the operator statistics tables of the operator form need
+    (:func:`tolstat.check`), and passing checks are recorded with them. ``options`` is a
+    :class:`tolstat.CheckOptions` (the expert magnitude override, ``allow_nan``); its
+    ``hardware_policy`` must be unset (the session's applies).
 
     Session-scoped, so it works inside Hypothesis ``@given`` tests; ``op``, ``dtype``,
     ``covariates`` and ``hardware`` default to the running test's
@@ -434,12 +465,23 @@ def tolstat_check(pytestconfig: pytest.Config) -> Any:
                     pytrace=False)
 
     def tolstat_check(actual: Any, expected: Any, *, op: str | None = None, dtype: Any = None,
+                      inputs: Any = None, params: Mapping[str, Any] | None = None,
                       covariates: Mapping[str, Any] | None = None, hardware: str | None = None,
-                      magnitude: Any = None) -> Any:
+                      options: Any = None) -> Any:
         __tracebackhide__ = True
+        import dataclasses
+
         from tolstat._base.dtypes import canonical_dtype
         from tolstat.checks.checking import assert_close
+        from tolstat.checks.options import check_options
         from tolstat.measure.metrics import as_array
+
+        opts = check_options(options)
+        if opts.hardware_policy is not None:
+            raise ValueError(f"tolstat_check: CheckOptions.hardware_policy={opts.hardware_policy!r}: the session's "
+                             "policy applies (--tolstat-hardware-policy or [tool.tolstat] hardware_policy)")
+        if params is not None and inputs is None:
+            raise ValueError("tolstat_check: params= needs inputs= (the op's positional arguments)")
 
         mark = st.item.get_closest_marker("tolstat") if st.item is not None else None
         kw = dict(mark.kwargs) if mark is not None else {}
@@ -456,11 +498,12 @@ def tolstat_check(pytestconfig: pytest.Config) -> Any:
         st.n_checks += 1
         if st.table is not None:
             hw = hardware if hardware is not None else st.hardware[0]
-            res = assert_close(a, e, op=op, dtype=dt, table=st.table, hardware=hw, covariates=covariates,
-                               hardware_policy=st.policy, magnitude=magnitude)
+            res = assert_close(a, e, op=op, dtype=dt, table=st.table, inputs=inputs, params=params, hardware=hw,
+                               covariates=covariates,
+                               options=dataclasses.replace(opts, hardware_policy=st.policy))
         if st.record_path:
             nodeid = st.item.nodeid if st.item is not None else "(outside a test)"
-            st.record(a, e, op=op, dtype=dt, nodeid=nodeid, covariates=covariates)
+            st.record(a, e, op=op, dtype=dt, nodeid=nodeid, covariates=covariates, inputs=inputs, params=params)
         return res
 
     return tolstat_check

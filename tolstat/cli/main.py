@@ -183,14 +183,15 @@ def _magnitude_arg(path: str | None) -> Any:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from tolstat import check, load_table
+    from tolstat import CheckOptions, check, load_table
 
     table = load_table(args.table)
     actual, expected = _load_array(args.actual, args.dtype), _load_array(args.expected, args.dtype)
     res = check(actual, expected, op=args.op,
                 dtype=args.dtype, table=table, hardware=args.hardware,
-                covariates=_parse_covariates(args.cov), hardware_policy=args.hardware_policy,
-                magnitude=_magnitude_arg(args.magnitude))
+                covariates=_parse_covariates(args.cov),
+                options=CheckOptions(magnitude=_magnitude_arg(args.magnitude),
+                                     hardware_policy=args.hardware_policy))
     print(res.message() if not res.passed else
           f"PASS {args.op}/{res.dtype}: " + ", ".join(
               f"{k}={v:.4g} <= {res.thresholds[k]:.4g} ({100 * res.ratios[k]:.1f}% of threshold)"
@@ -212,8 +213,47 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from tolstat import load_table
     from tolstat.calibration.review import show_table
 
-    print(show_table(load_table(args.table, verify=not args.no_verify), name=args.table))
+    table = load_table(args.table, verify=not args.no_verify)
+    refs = _power_references(table, args) if args.power or args.corpus or args.references else None
+    print(show_table(table, name=args.table))
+    if refs is not None:
+        _show_power(table, refs)
     return 0
+
+
+def _power_references(table: Any, args: argparse.Namespace) -> Any:
+    """The references of ``tolstat show --power``: the corpus's or an npz file's (checked before any output)."""
+    from tolstat.assess.power import corpus_references, load_references
+
+    if bool(args.corpus) == bool(args.references):
+        raise ValueError("--power needs the references of the groups, from exactly one of --corpus (the embedded "
+                         "corpus's calibration cases) or --references REFS.npz (tolstat.assess.power."
+                         "save_references); an error dataset keeps sampled elements, not the references")
+    if args.corpus:
+        ops = sorted({op for op, _, _ in table.groups})
+        from tolstat import corpus
+
+        missing = [op for op in ops if op not in corpus.OPS]
+        if missing:
+            raise ValueError(f"--corpus: the table has groups of ops the corpus does not have: {missing}; "
+                             "pass their references with --references REFS.npz")
+        refs: Any = corpus_references(ops, sorted({dt for _, dt, _ in table.groups}), n=args.n_refs,
+                                      seed=args.seed, quick=not args.full_shapes)
+        return refs
+    return load_references(args.references)
+
+
+def _show_power(table: Any, refs: Any) -> None:
+    """``tolstat show --power``: what each group's decision catches, and a warning per group
+    whose threshold passes an all-zero or constant output on its references."""
+    from tolstat.assess.power import TABLE_RULE, power_report
+
+    rep = power_report(table, refs)
+    print("\npower: " + rep.to_markdown())
+    print("\n" + rep.summary())
+    for op, dt, hw in rep.trivial(TABLE_RULE):
+        print(f"tolstat show: warning: group ({op}, {dt}, {hw}): its threshold passes an all-zero or constant "
+              "output on its own references; a kernel returning nothing would pass this check", file=sys.stderr)
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
@@ -412,6 +452,17 @@ def _add_table_commands(sub: Any) -> None:
     w = sub.add_parser("show", help="list a tolerance table per group (thresholds also as atol/rtol)")
     w.add_argument("table", help="TABLE.json or .nc")
     w.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
+    w.add_argument("--power", action="store_true",
+                   help="also print what each group catches: standard wrong outputs, the smallest scale error and "
+                        "offset caught on 90%% of the references, beside torch's defaults and atol=rtol=1e-2; warns "
+                        "when a group passes all-zero or constant outputs (needs --corpus or --references)")
+    w.add_argument("--corpus", action="store_true",
+                   help="--power on the embedded corpus's calibration cases (the table's ops must be corpus ops)")
+    w.add_argument("--references", metavar="REFS.npz",
+                   help="--power on these references (tolstat.assess.power.save_references)")
+    w.add_argument("--n-refs", type=_count("n_refs"), default=36, help="--corpus: references per group (default 36)")
+    w.add_argument("--seed", type=int, default=0, help="--corpus: the calibration seed (default 0)")
+    w.add_argument("--full-shapes", action="store_true", help="--corpus: the full shapes (default: the quick ones)")
     w.set_defaults(func=_cmd_show)
     f = sub.add_parser("diff", help="per-group changes between two tolerance tables (for review): thresholds, "
                        "budgets, methods, scale models and certificates")

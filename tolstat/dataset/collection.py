@@ -15,7 +15,7 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 from tolstat._base.dtypes import canonical_dtype
-from tolstat.dataset.runs import _as_inputs, _hardware_of_runs, _merged, _name, _provenance, _record
+from tolstat.dataset.runs import _as_inputs, _hardware_of_runs, _merged, _name, _provenance, _record, uses_op_model
 from tolstat.dataset.records import RunRecord, build_dataset
 from tolstat.dataset.options import CollectOptions, Store, _options, _store
 from tolstat.dataset.stream import _collect_to_store
@@ -63,7 +63,14 @@ def collect(
         What is measured and recorded of each run and how the work is shown
         (:class:`~tolstat.dataset.options.CollectOptions`: shared labels and covariates,
         ``sample_size``, ``rel_floor``, ``allow_nan``, the operator statistics
-        ``magnitude`` / ``rowwise``, ``progress``); default ``CollectOptions()``.
+        ``op_model`` / ``magnitude`` / ``rowwise``, ``progress``); default
+        ``CollectOptions()``. For an op :mod:`tolstat.ops` knows (``matmul``,
+        ``layer_norm``, ...; the kernel's arguments are that torch function's, as
+        ``make_inputs`` returns them) and no ``magnitude``, the operator statistics of
+        each run (magnitude, the covariate ``K``, row-wise flag) are derived from the
+        arguments the kernel is called with, so the default :func:`tolstat.select` uses
+        the operator form; ``CollectOptions(op_model=False)`` opts out. An unknown op is
+        collected without them.
     store : str, path-like or Store, optional
         Stream the runs to this zarr store (``.zarr``) instead of keeping them in memory;
         a plain path means ``Store(path)`` (:class:`~tolstat.dataset.options.Store` sets
@@ -82,8 +89,10 @@ def collect(
     ------
     ValueError
         ``runs < 1``, unknown dtype, or any error of :func:`tolstat.error_metrics`
-        (reported with the run index); with ``store``, a store made with different
-        arguments.
+        (reported with the run index); a covariate ``K`` that the op's inputs
+        contradict; with ``store``, a store made with different arguments.
+    KeyError
+        ``CollectOptions(op_model=True)`` for an op :mod:`tolstat.ops` does not know.
     TypeError
         ``options`` is not a :class:`~tolstat.dataset.options.CollectOptions`, ``store``
         not a path or :class:`~tolstat.dataset.options.Store`, or a non-callable kernel.
@@ -109,6 +118,7 @@ def collect(
             raise TypeError(f"{nm} must be callable, got {type(f).__name__}")
     dt = canonical_dtype(dtype)
     hw, plat = _hardware_of_runs(hardware)
+    derive = uses_op_model(op, opts.op_model, opts.magnitude)
     records: list[RunRecord] = []
     disable = None if opts.progress is None else not opts.progress
     for i in tqdm(range(int(runs)), desc=f"collect {op}/{dt}", disable=disable, leave=False):
@@ -123,7 +133,7 @@ def collect(
                     seed=seed, labels=_merged(opts.labels, inp.labels),
                     covariates=cov, sample_size=opts.sample_size,
                     rel_floor=opts.rel_floor, allow_nan=opts.allow_nan, rng=rng,
-                    magnitude=mag, rowwise=opts.rowwise)
+                    magnitude=mag, rowwise=opts.rowwise, op_args=(inp.args, inp.kwargs) if derive else None)
         )
     return build_dataset(
         records,
@@ -151,12 +161,22 @@ def from_pairs(
         ``(actual, expected, labels, covariates)``, the same with a magnitude array
         third: ``(actual, expected, magnitude[, labels[, covariates]])`` (a third item
         that is not a mapping is a magnitude), or a mapping with keys ``actual``,
-        ``expected`` and optionally ``magnitude``, ``labels``, ``covariates``. Arrays may
-        be numpy arrays, torch tensors, or anything with ``__array__`` / ``__dlpack__``.
-        The magnitude is the op applied to the absolute inputs (see
-        :func:`tolstat.measure.noise.noise_scale`); with it, the operator-noise statistics of
-        :func:`tolstat.measure.noise.record_statistics` are stored per run. Either every pair has a
-        magnitude or none.
+        ``expected`` and optionally ``inputs``, ``params``, ``labels``, ``covariates``,
+        ``magnitude`` (another key is an error). Arrays may be numpy arrays, torch
+        tensors, or anything with ``__array__`` / ``__dlpack__``. ``inputs`` are the
+        positional arguments of the torch function named by ``op``, exactly as the kernel
+        took them, ``params`` its keyword arguments (e.g. ``{"actual": y, "expected": r,
+        "inputs": (x, (n,), w, b), "params": {"eps": 1e-5}}`` for ``op="layer_norm"``):
+        :func:`tolstat.ops.op_statistics` derives from them the magnitude, the reduction
+        length (stored as the run's covariate ``K``; a ``K`` given in ``covariates``
+        must equal it) and the row-wise flag, so the operator-noise statistics of
+        :func:`tolstat.measure.noise.record_statistics` are stored per run and the default
+        :func:`tolstat.select` uses the operator form. An op :mod:`tolstat.ops` does not
+        know raises its error (naming :func:`tolstat.ops.register`). A hand-computed
+        magnitude (the op applied to the absolute inputs, see
+        :func:`tolstat.measure.noise.noise_scale`) is the expert alternative; ``inputs``
+        and ``magnitude`` in one pair is an error. Either every pair has operator
+        statistics (inputs or a magnitude) or none, and their row-wise flags agree.
     op, dtype, hardware
         As in :func:`collect`.
     seed : int, default 0
@@ -173,8 +193,13 @@ def from_pairs(
     Raises
     ------
     ValueError
-        No pairs, a malformed pair, ``options.magnitude`` other than None or ``"ref"``, or
-        any error of :func:`tolstat.error_metrics` (reported with the pair index).
+        No pairs, a malformed pair (an unknown key, ``params`` without ``inputs``,
+        ``inputs`` with a magnitude), ``options.magnitude`` other than None or ``"ref"``
+        (or ``"ref"`` with inputs), a covariate ``K`` the inputs contradict, pairs mixing
+        operator statistics and none, or any error of :func:`tolstat.error_metrics`
+        (reported with the pair index).
+    KeyError
+        ``inputs`` for an op :mod:`tolstat.ops` does not know.
     TypeError
         ``options`` is not a :class:`~tolstat.dataset.options.CollectOptions`.
     """
@@ -188,36 +213,65 @@ def from_pairs(
     records: list[RunRecord] = []
     disable = None if opts.progress is None else not opts.progress
     for i, item in enumerate(tqdm(pairs, desc=f"from_pairs {op}/{dt}", disable=disable, leave=False)):
-        if isinstance(item, Mapping):
-            try:
-                actual, expected = item["actual"], item["expected"]
-            except KeyError as exc:
-                raise ValueError(f"pair {i}: mapping needs keys 'actual' and 'expected'") from exc
-            lab, cov = item.get("labels"), item.get("covariates")
-            mag = item.get("magnitude")
-        elif isinstance(item, (tuple, list)) and 2 <= len(item) <= 5:
-            actual, expected, *rest = item
-            mag = None
-            if len(item) == 5 or (rest and rest[0] is not None
-                                  and not isinstance(rest[0], Mapping)):
-                mag, rest = rest[0], rest[1:]
-            lab = rest[0] if len(rest) > 0 else None
-            cov = rest[1] if len(rest) > 1 else None
-        else:
-            raise TypeError(
-                f"pair {i}: expected (actual, expected[, magnitude][, labels[, covariates]]) "
-                f"or a mapping, got {type(item).__name__}"
-            )
-        if mag is None:
+        actual, expected, mag, lab, cov, op_args = _pair(i, item)
+        if opts.op_model is not None and (op_args is not None) != opts.op_model:
+            raise ValueError(f"pair {i}: CollectOptions.op_model={opts.op_model} but the pair has "
+                             f"{'inputs' if op_args is not None else 'no inputs'}")
+        if op_args is not None and magnitude is not None:
+            raise ValueError(f"pair {i}: inputs give the operator statistics; CollectOptions.magnitude="
+                             f"{magnitude!r} is for pairs without them: pass one or the other")
+        if mag is None and op_args is None:
             mag = magnitude
         rng = np.random.default_rng([seed, i])
         records.append(
             _record(actual, expected, i, op=op, dtype=dt, hardware=hw, platform=plat,
                     seed=-1, labels=_merged(labels, lab), covariates=_merged(covariates, cov),
                     sample_size=opts.sample_size, rel_floor=opts.rel_floor, allow_nan=opts.allow_nan,
-                    rng=rng, magnitude=mag, rowwise=opts.rowwise)
+                    rng=rng, magnitude=mag, rowwise=opts.rowwise, op_args=op_args)
         )
     if not records:
         raise ValueError("from_pairs got no pairs")
+    for i, r in enumerate(records):
+        if bool(r.op_stats) != bool(records[0].op_stats):
+            raise ValueError(f"pair {i} has {'no ' if not r.op_stats else ''}operator statistics but pair 0 has "
+                             f"{'none' if not records[0].op_stats else 'them'}: give a magnitude for every run "
+                             "or for none (inputs give one)")
     return build_dataset(records, sample_size=opts.sample_size,
                          provenance=_provenance("tolstat.from_pairs", runs=len(records)))
+
+
+#: the keys of a mapping item of :func:`from_pairs`
+PAIR_KEYS = ("actual", "expected", "magnitude", "labels", "covariates", "inputs", "params")
+
+
+def _pair(i: int, item: Any) -> tuple[Any, Any, Any, Any, Any, tuple[Any, Any] | None]:
+    """``(actual, expected, magnitude, labels, covariates, op_args)`` of pair ``i`` of
+    :func:`from_pairs` (``op_args``: ``(inputs, params)`` or None)."""
+    if isinstance(item, Mapping):
+        unknown = sorted(str(k) for k in item if k not in PAIR_KEYS)
+        if unknown:
+            raise ValueError(f"pair {i}: unknown key(s) {unknown} of a mapping item (keys: {list(PAIR_KEYS)})")
+        try:
+            actual, expected = item["actual"], item["expected"]
+        except KeyError as exc:
+            raise ValueError(f"pair {i}: mapping needs keys 'actual' and 'expected'") from exc
+        mag, inputs, params = item.get("magnitude"), item.get("inputs"), item.get("params")
+        if inputs is None and params is not None:
+            raise ValueError(f"pair {i}: 'params' needs 'inputs' (the op's positional arguments)")
+        if inputs is not None and mag is not None:
+            raise ValueError(f"pair {i}: give 'inputs' (the operator statistics are derived from them) or "
+                             "'magnitude', not both")
+        op_args = None if inputs is None else (inputs, params)
+        return actual, expected, mag, item.get("labels"), item.get("covariates"), op_args
+    if isinstance(item, (tuple, list)) and 2 <= len(item) <= 5:
+        actual, expected, *rest = item
+        mag = None
+        if len(item) == 5 or (rest and rest[0] is not None and not isinstance(rest[0], Mapping)):
+            mag, rest = rest[0], rest[1:]
+        lab = rest[0] if len(rest) > 0 else None
+        cov = rest[1] if len(rest) > 1 else None
+        return actual, expected, mag, lab, cov, None
+    raise TypeError(
+        f"pair {i}: expected (actual, expected[, magnitude][, labels[, covariates]]) "
+        f"or a mapping, got {type(item).__name__}"
+    )

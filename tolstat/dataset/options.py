@@ -81,7 +81,20 @@ class CollectOptions:
         if absent).
     rowwise : bool, default False
         With ``magnitude``: the op works on rows along the last axis (softmax, norms,
-        attention); adds the per-row statistics.
+        attention); adds the per-row statistics. With operator statistics derived from
+        the inputs (``op_model``) the op's own flag is used (True for an op that is not
+        row-wise is an error).
+    op_model : bool, optional
+        Derive each run's operator statistics (the magnitude, the reduction length as the
+        covariate ``K``, the row-wise flag) from the op's own arguments with
+        :func:`tolstat.ops.op_statistics`: :func:`tolstat.collect` passes the
+        ``Inputs(args, kwargs)`` the kernel is called with. None (default): automatic,
+        when ``magnitude`` is not given and :mod:`tolstat.ops` knows the op (an unknown op
+        is collected without operator statistics, as before); True: required (an
+        unknown op raises, naming :func:`tolstat.ops.register`; with ``magnitude`` a
+        ``ValueError``); False: never (the plain pairs). :func:`tolstat.from_pairs`
+        derives them from pairs with ``inputs``; True there requires ``inputs`` in
+        every pair, False refuses them.
     progress : bool, optional
         Show a progress bar; default: only when writing to a terminal.
 
@@ -99,6 +112,7 @@ class CollectOptions:
     magnitude: Callable[..., Any] | str | None = None
     rowwise: bool = False
     progress: bool | None = None
+    op_model: bool | None = None
 
     def __post_init__(self) -> None:
         _mapping("CollectOptions.labels", self.labels)
@@ -121,6 +135,7 @@ class CollectOptions:
                              f"{_short(self.magnitude)}")
         _flag("CollectOptions.rowwise", self.rowwise)
         _flag("CollectOptions.progress", self.progress, optional=True)
+        _flag("CollectOptions.op_model", self.op_model, optional=True)
 
 
 @dataclass(frozen=True)

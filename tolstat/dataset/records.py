@@ -67,6 +67,8 @@ class RunRecord:
     op_stats: dict[str, float] = field(default_factory=dict)
     #: :func:`~tolstat.dataset.schema.reference_fingerprint` of the run's reference; optional
     ref_fingerprint: int | None = None
+    #: whether ``op_stats`` include the per-row statistics (row-wise op); None without ``op_stats``
+    op_rowwise: bool | None = None
 
 
 def _fmt_shape(shape: Sequence[int]) -> str:
@@ -481,12 +483,16 @@ def _covariate_vars(records: Sequence[RunRecord], cov_keys: Sequence[str]) -> di
 def _op_stat_vars(records: Sequence[RunRecord]) -> dict[str, xr.Variable]:
     """The optional per-run operator-noise statistics (all runs or none)."""
     keys = list(records[0].op_stats)
+    rows = records[0].op_rowwise
     for i, r in enumerate(records):
         if list(r.op_stats) != keys:
             raise ValueError(
                 f"run {i} has operator statistics {sorted(r.op_stats)} but run 0 has "
-                f"{sorted(keys)}: give a magnitude for every run or for none"
+                f"{sorted(keys)}: give a magnitude for every run or for none (inputs give one)"
             )
+        if r.op_rowwise is not None and rows is not None and r.op_rowwise != rows:
+            raise ValueError(f"run {i} has row-wise operator statistics rowwise={r.op_rowwise} but run 0 has "
+                             f"rowwise={rows}: every run of a dataset must agree")
     from tolstat.measure.noise import MID_SUFFIX, STATISTICS
 
     def long_name(k: str) -> str:

@@ -1,8 +1,9 @@
 """Shared pieces of collection (:mod:`tolstat.dataset.collection`, :mod:`tolstat.dataset.stream`).
 
-Run inputs, the hardware fingerprint, provenance, and one run's record. Dataset layer:
-imports only :mod:`tolstat.measure.metrics`, :mod:`tolstat.dataset.schema` and
-:mod:`tolstat.dataset.records`.
+Run inputs, the hardware fingerprint, provenance, one run's record, and the operator
+statistics of a run derived from the op's own arguments (:func:`derive_op_statistics`,
+through :mod:`tolstat.ops`). Dataset layer: imports only :mod:`tolstat.measure`,
+:mod:`tolstat.ops`, :mod:`tolstat.dataset.schema` and :mod:`tolstat.dataset.records`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata as _metadata
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from tolstat.dataset.records import RunRecord, summarize_run
 from tolstat.dataset.schema import reference_fingerprint
 from tolstat.measure.metrics import as_array, error_metrics
 
-__all__ = ["Inputs", "Hardware", "hardware_fingerprint"]
+__all__ = ["Inputs", "Hardware", "hardware_fingerprint", "derive_op_statistics", "known_op"]
 
 
 @dataclass
@@ -133,23 +134,140 @@ def _merged(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> dict[st
     return out
 
 
+def known_op(op: str) -> bool:
+    """Whether :mod:`tolstat.ops` has a model of ``op`` (a registered name or alias)."""
+    from tolstat import ops
+
+    try:
+        ops.get(op)
+    except KeyError:
+        return False
+    return True
+
+
+def uses_op_model(op: str, op_model: bool | None, magnitude: Any) -> bool:
+    """Whether :func:`tolstat.collect` derives each run's operator statistics from its inputs.
+
+    ``op_model`` is ``CollectOptions.op_model``: None (automatic) derives them when no
+    ``magnitude`` is given and :mod:`tolstat.ops` knows ``op`` (an unknown op keeps
+    collecting without them); True requires it (an unknown op raises the ops library's
+    ``KeyError``, a ``magnitude`` too a ``ValueError``); False never derives them.
+    """
+    if op_model is False:
+        return False
+    if op_model is True:
+        if magnitude is not None:
+            raise ValueError(f"CollectOptions(op_model=True) derives the magnitude from the inputs; "
+                             f"CollectOptions.magnitude={magnitude!r} gives it too: pass one or the other")
+        from tolstat import ops
+
+        ops.get(op)  # an unknown op: the ops library's error, naming how to register it
+        return True
+    return magnitude is None and known_op(op)
+
+
+def derive_op_statistics(op: str, inputs: Sequence[Any], params: Mapping[str, Any] | None, *, dtype: str,
+                         covariates: Mapping[str, float],
+                         rowwise: bool = False) -> tuple[np.ndarray, dict[str, float], bool]:
+    """The magnitude, covariates (with ``K``) and row-wise flag of one run, from the op's arguments.
+
+    Parameters
+    ----------
+    op : str
+        The torch function's name (:func:`tolstat.ops.get`).
+    inputs : sequence
+        Its positional arguments, exactly as the kernel took them.
+    params : mapping, optional
+        Its keyword arguments.
+    dtype : str
+        The target dtype (canonical name).
+    covariates : mapping
+        The run's covariates; a ``K`` among them must equal the op's.
+    rowwise : bool, default False
+        ``CollectOptions.rowwise``: True asks for the per-row statistics, which an op
+        that is not row-wise cannot give.
+
+    Returns
+    -------
+    magnitude : numpy.ndarray
+        The op on the absolute inputs (:attr:`tolstat.ops.OpStatistics.magnitude`).
+    covariates : dict
+        ``covariates`` with ``K`` (the reduction length) set.
+    rowwise : bool
+        The op's row-wise flag.
+
+    Raises
+    ------
+    KeyError
+        An op :mod:`tolstat.ops` does not know (its message names :func:`tolstat.ops.register`).
+    ValueError
+        A covariate ``K`` that differs from the op's, or ``rowwise=True`` for an op that is
+        not row-wise.
+    TypeError
+        ``inputs`` not a tuple or list, ``params`` not a mapping.
+    """
+    from tolstat import ops
+
+    if isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, (tuple, list)):
+        raise TypeError(f"inputs must be a tuple or list of the op's positional arguments, got "
+                        f"{type(inputs).__name__}")
+    if params is not None and not isinstance(params, Mapping):
+        raise TypeError(f"params must be a mapping of the op's keyword arguments or None, got {type(params).__name__}")
+    st = ops.op_statistics(op, tuple(inputs), dict(params) if params else None, dtype=dtype)
+    k = float(st.K)
+    cov = dict(covariates)
+    if "K" in cov and float(cov["K"]) != k:
+        raise ValueError(f"covariate K={float(cov['K']):g} but the inputs of {op!r} give K={k:g}: leave K out "
+                         "(it is derived from the inputs) or fix it")
+    if rowwise and not st.rowwise:
+        raise ValueError(f"CollectOptions.rowwise=True but tolstat.ops models {op!r} as not row-wise: leave "
+                         "rowwise unset (the op's own flag is used)")
+    cov["K"] = k
+    return np.asarray(st.magnitude, dtype=np.float64), cov, bool(st.rowwise)
+
+
+#: what a failed derivation of the operator statistics adds to its error
+_DERIVE_HINT = ("the operator statistics of {op!r} are derived by tolstat.ops from the run's inputs, which must be "
+                "exactly the arguments of the torch function {op!r}; tolstat.collect: "
+                "CollectOptions(op_model=False) collects without them")
+
+
 def _record(actual: Any, expected: Any, i: int, *, op: str, dtype: str, hardware: str,
             platform: str, seed: int, labels: Mapping[str, Any],
             covariates: Mapping[str, float], sample_size: int, rel_floor: float | None,
             allow_nan: bool, rng: np.random.Generator, magnitude: Any = None,
-            rowwise: bool = False) -> RunRecord:
+            rowwise: bool = False, op_args: tuple[Sequence[Any], Mapping[str, Any] | None] | None = None
+            ) -> RunRecord:
+    """One run's record; ``op_args`` ``(inputs, params)``: the operator statistics come from
+    :func:`derive_op_statistics` (``magnitude`` must then be None)."""
     try:
+        if op_args is not None:
+            try:
+                magnitude, covariates, rowwise = derive_op_statistics(op, op_args[0], op_args[1], dtype=dtype,
+                                                                      covariates=covariates, rowwise=rowwise)
+            except (ValueError, TypeError) as exc:
+                raise type(exc)(f"{exc} ({_DERIVE_HINT.format(op=op)})") from exc
         m = error_metrics(actual, expected, dtype=dtype, rel_floor=rel_floor, allow_nan=allow_nan)
         op_stats = _op_stats(actual, expected, magnitude, dtype=dtype, op=op,
                              covariates=covariates, rowwise=rowwise)
-    except (ValueError, TypeError) as exc:
-        raise type(exc)(f"run {i}: {exc}") from exc
+    except (ValueError, TypeError, KeyError) as exc:
+        raise _with_run(exc, i) from exc
     rec = summarize_run(m, op=op, hardware=hardware, platform=platform, seed=seed,
                         run_index=i, labels=labels, covariates=covariates,
                         sample_size=sample_size, rng=rng)
     rec.op_stats = op_stats
+    rec.op_rowwise = bool(rowwise) if op_stats else None
     rec.ref_fingerprint = reference_fingerprint(as_array(expected, name="expected"))
     return rec
+
+
+def _with_run(exc: Exception, i: int) -> Exception:
+    """``exc`` with ``run i: `` before its message, of the same type where that type allows it."""
+    msg = f"run {i}: {exc.args[0] if isinstance(exc, KeyError) and exc.args else exc}"
+    try:
+        return type(exc)(msg)
+    except Exception:  # an exception class with its own constructor
+        return (KeyError if isinstance(exc, KeyError) else ValueError)(msg)
 
 
 def _op_stats(actual: Any, expected: Any, magnitude: Any, *, dtype: str, op: str,

@@ -21,7 +21,8 @@ done the store is *finalized*: string labels are written from the log, the ``sam
 dimension is trimmed as :func:`tolstat.dataset.records.build_dataset` trims it, provenance is set
 and the metadata consolidated; the result opens with :func:`tolstat.open_errors` and
 equals ``tolstat.collect(...)`` with the same arguments (operator statistics of
-``CollectOptions(magnitude=..., rowwise=...)`` included) except for provenance.
+``CollectOptions(magnitude=..., rowwise=...)`` and those derived from the inputs of a
+known op, ``CollectOptions.op_model``, included) except for provenance.
 Finalizing is re-runnable from any point (:func:`_finalize`): label arrays are staged in
 the side group and swapped in by renames, and the manifest is marked complete last, so a
 collection killed while finalizing is finished by the next call.
@@ -53,7 +54,7 @@ from tolstat._base.dtypes import canonical_dtype
 from tolstat._base.util import _tmp_path, clean_stale, remove_tree
 from tolstat._base.validate import code_fingerprint
 from tolstat._version import __version__
-from tolstat.dataset.runs import _as_inputs, _hardware_of_runs, _merged, _name, _provenance, _record
+from tolstat.dataset.runs import _as_inputs, _hardware_of_runs, _merged, _name, _provenance, _record, uses_op_model
 from tolstat.dataset.options import CollectOptions, Store
 from tolstat.dataset.records import RunRecord, _label_value, build_dataset
 from tolstat.dataset.schema import BUILTIN_COVARIATES, FINGERPRINT, RUN_STATS, SAMPLE_VARS
@@ -67,9 +68,10 @@ MANIFEST_VERSION = 1
 #: manifest keys that must match for a resume
 IDENTITY = ("op", "dtype", "seed", "runs", "hardware", "labels", "covariates", "sample_size",
             "rel_floor", "allow_nan", "magnitude", "rowwise", "kernel", "reference", "make_inputs",
-            "kernel_code", "reference_code", "make_inputs_code", "magnitude_code")
+            "kernel_code", "reference_code", "make_inputs_code", "magnitude_code", "op_model")
 #: what a manifest written before a key existed means by its absence (no operator statistics)
-IDENTITY_DEFAULTS: dict[str, Any] = {"magnitude": None, "rowwise": False, "magnitude_code": None}
+IDENTITY_DEFAULTS: dict[str, Any] = {"magnitude": None, "rowwise": False, "magnitude_code": None,
+                                     "op_model": False}
 #: data variables holding operator statistics (``RunRecord.op_stats``) carry this role
 OP_ROLE = "op_statistic"
 STRING_LABELS = ("op", "dtype", "hardware", "platform", "shape")
@@ -98,7 +100,8 @@ class StoreProgress:
 
 
 def _manifest(*, op: str, dtype: str, seed: int, runs: int, hardware: str, options: CollectOptions,
-              kernel: Any, reference: Any, make_inputs: Any, chunk_runs: int) -> dict[str, Any]:
+              kernel: Any, reference: Any, make_inputs: Any, chunk_runs: int,
+              op_model: bool = False) -> dict[str, Any]:
     o = options
     mag = o.magnitude
     return {
@@ -114,6 +117,8 @@ def _manifest(*, op: str, dtype: str, seed: int, runs: int, hardware: str, optio
         # (a callable object or partial: its class's; its code is compared by magnitude_code)
         "magnitude": (getattr(mag, "__qualname__", None) or type(mag).__qualname__) if callable(mag) else mag,
         "rowwise": bool(o.rowwise),
+        # operator statistics derived from the inputs by tolstat.ops (CollectOptions.op_model, resolved)
+        "op_model": bool(op_model),
         "kernel": _name(kernel), "reference": _name(reference), "make_inputs": _name(make_inputs),
         # identity by code, not by name: a kernel whose body changed is another kernel
         "kernel_code": code_fingerprint(kernel), "reference_code": code_fingerprint(reference),
@@ -262,7 +267,7 @@ def _check_run(i: int, rec: RunRecord, size: int, label_keys: list[str], cov_key
                op_keys: list[str]) -> None:
     if set(rec.op_stats) != set(op_keys):
         raise ValueError(f"run {i} has operator statistics {sorted(rec.op_stats)} but the store has "
-                         f"{sorted(op_keys)}: give a magnitude for every run or for none")
+                         f"{sorted(op_keys)}: give a magnitude for every run or for none (inputs give one)")
     if set(rec.labels) != set(label_keys):
         raise ValueError(f"run {i} has labels {sorted(rec.labels)} but the store has "
                          f"{sorted(label_keys)}: every run of a dataset needs the same label names")
@@ -437,8 +442,10 @@ def _collect_to_store(
     dt = canonical_dtype(dtype)
     hw, plat = _hardware_of_runs(hardware)
     runs = int(runs)
+    derive = uses_op_model(op, o.op_model, o.magnitude)
     manifest = _manifest(op=op, dtype=dt, seed=seed, runs=runs, hardware=hw, options=o, kernel=kernel,
-                         reference=reference, make_inputs=make_inputs, chunk_runs=store.chunk_runs)
+                         reference=reference, make_inputs=make_inputs, chunk_runs=store.chunk_runs,
+                         op_model=derive)
 
     def measure(i: int) -> RunRecord:
         rng = np.random.default_rng([seed, i])
@@ -450,7 +457,7 @@ def _collect_to_store(
                        seed=seed, labels=_merged(o.labels, inp.labels),
                        covariates=_merged(o.covariates, inp.covariates), sample_size=o.sample_size,
                        rel_floor=o.rel_floor, allow_nan=o.allow_nan, rng=rng,
-                       magnitude=mag, rowwise=o.rowwise)
+                       magnitude=mag, rowwise=o.rowwise, op_args=(inp.args, inp.kwargs) if derive else None)
 
     with _locked(path):
         manifest, first = _open_or_create(path, manifest, bool(store.overwrite), measure)
