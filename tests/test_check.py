@@ -467,3 +467,18 @@ def test_operator_check_ratio_of_zero_against_a_zero_threshold_is_zero():
     bad[0, 0] = np.float16(0.375)
     r = tolstat.check(bad, e, op="softmax", dtype="float16", table=t, options=REF)
     assert not r.passed and r.ratios["op_score"] == math.inf
+
+
+def test_element_count_never_contradicts_the_verdict():
+    from tolstat.checks.result import _elements_line
+
+    class R:  # the fields the line reads
+        correctly_rounded, n_nonfinite, n_elements = False, 0, 100
+
+    r = R()
+    r.passed, r.n_exceeding = False, 0
+    assert "no single element exceeds its allowance" in _elements_line(r)
+    r.passed, r.n_exceeding = True, 3
+    assert "3 of 100 elements exceed their own allowance, which the threshold" in _elements_line(r)
+    r.passed, r.n_exceeding = False, 3
+    assert _elements_line(r) == "  3 of 100 elements exceed their allowance"

@@ -167,9 +167,81 @@ def _fmt_p(p: float) -> str:
     return f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
 
 
+#: plain words for the operator-noise statistics (:data:`tolstat.measure.noise.STATISTICS`)
+_OP_WORDS = {
+    "op_max": "the largest error", "op_rms": "the RMS error", "op_mean": "the mean error",
+    "op_bias": "a systematic shift (mean signed error)",
+    "op_sbias": "a systematic shift toward or away from zero",
+    "op_frac": "the share of elements far beyond the noise", "op_row_rms_max": "the RMS error of one row",
+    "op_row_rms_mean": "the RMS error of the rows", "op_row_bias_max": "the sum of one row",
+}
+
+
+def _op_words(name: str) -> str:
+    base = name.removesuffix("_mid")
+    if base.startswith("inv_"):
+        return f"the invariant {base[4:]} of the op"
+    return _OP_WORDS.get(base, name)
+
+
+def _elements_line(r: CheckResult) -> str:
+    """How many elements exceed their allowance, never in contradiction with the verdict."""
+    if r.correctly_rounded:
+        return ("  the output is correctly rounded (every element is the reference rounded to nearest): "
+                "it passes every threshold")
+    nf = f"; {r.n_nonfinite} non-finite outputs" if r.n_nonfinite else ""
+    if not r.passed and r.n_exceeding == 0:
+        return (f"  no single element exceeds its allowance: the error lies in the output as a whole (all "
+                f"{r.n_elements} elements together){nf}")
+    if r.passed and r.n_exceeding:
+        return (f"  {r.n_exceeding} of {r.n_elements} elements exceed their own allowance, which the threshold "
+                f"of the whole output tolerates{nf}")
+    return f"  {r.n_exceeding} of {r.n_elements} elements exceed their allowance{nf}"
+
+
+def _promise_line(r: CheckResult) -> str:
+    if "exact" in r.methods.values():
+        return (f"  promise: none at budget {r.fp_budget:g} (an exact group: any error above a correctly rounded "
+                "output fails; its certificate bounds how often a correct run does)")
+    if "conformal" in r.methods.values():
+        return (f"  promise: a correct kernel fails this check with probability <= {r.fp_budget:g}, averaged over "
+                "calibration sets (split conformal, no confidence level)")
+    return (f"  promise: a correct kernel fails this check with probability <= {r.fp_budget:g} (confidence "
+            f"{r.confidence:g}; {r.methods.get('op_score', r.methods.get(next(iter(r.methods), ''), '?'))} of "
+            f"{r.n_calibration} calibration runs)")
+
+
+def _operator_message(r: CheckResult, head: str, hw: str) -> str:
+    """The operator form's message: what is wrong in words, in at most about eight lines."""
+    lines = [f"tolstat check {head}: op={r.op!r}, dtype={r.dtype!r}, hardware={hw}"]
+    parts = sorted(((v, k) for k, v in r.ratios.items() if k != "op_score" and math.isfinite(v)), reverse=True)
+    beyond = [(v, k) for v, k in parts if k in r.failed]
+    if beyond:
+        v, k = beyond[0]
+        lines.append(f"  what is wrong: {_op_words(k)} is {v:.3g}x what correct runs reach ({k})")
+        rest = [f"{_op_words(k2)} {v2:.3g}x" for v2, k2 in beyond[1:4] if _op_words(k2) != _op_words(k)]
+        if rest:
+            lines.append("  also beyond: " + ", ".join(dict.fromkeys(rest)))
+    elif parts:
+        v, k = parts[0]
+        lines.append(f"  closest to its limit: {_op_words(k)} at {v:.3g}x what correct runs reach ({k})")
+    sc = r.statistics.get("op_score", math.nan)
+    lines.append(f"  combined score {sc:.4g} vs threshold {r.thresholds.get('op_score', math.nan):.4g} "
+                 "(0 when correctly rounded)")
+    idx = ", ".join(map(str, r.worst_index))
+    allowed = "" if not math.isfinite(r.worst_allowed) else f", allowed {r.worst_allowed:.4g}"
+    lines.append(f"  worst element at index ({idx}): actual={r.worst_actual!r}, expected={r.worst_expected!r} "
+                 f"(|d|={r.worst_error:.4g}{allowed})")
+    lines.append(_elements_line(r))
+    lines.append(_promise_line(r))
+    return "\n".join(lines)
+
+
 def _message(r: CheckResult) -> str:
     hw = r.hardware if r.fallback == "exact" else f"{r.hardware} ({r.fallback})"
     head = "passed" if r.passed else "FAILED"
+    if "op_score" in r.statistics:
+        return _operator_message(r, head, hw)
     lines = [f"tolstat check {head}: op={r.op!r}, dtype={r.dtype!r}, hardware={hw}"]
     for k, v in r.statistics.items():
         mark = "FAIL" if k in r.failed else "ok"
@@ -184,12 +256,7 @@ def _message(r: CheckResult) -> str:
     allowed = "" if not math.isfinite(r.worst_allowed) else f", allowed {r.worst_allowed:.4g}"
     lines.append(f"  worst element at index ({idx}): actual={r.worst_actual!r}, expected={r.worst_expected!r} "
                  f"(|d|={r.worst_error:.4g}{allowed})")
-    if r.correctly_rounded:
-        lines.append("  the output is correctly rounded (every element is the reference rounded to nearest): "
-                     "it passes every threshold")
-    else:
-        lines.append(f"  {r.n_exceeding} of {r.n_elements} elements exceed their allowance"
-                     + (f"; {r.n_nonfinite} non-finite outputs" if r.n_nonfinite else ""))
+    lines.append(_elements_line(r))
     noted = set()
     for k in (r.failed or tuple(r.statistics)[:1]):
         if math.isnan(r.probabilities[k]):
