@@ -130,7 +130,7 @@ OPERATOR_COVARIATES = ("K",)
 # table keeps there (group, threshold, budget and top scores live in the table itself), and
 # those the score forms add (forms.certified_groups, selection._select_group). Fields not
 # listed are kept as they are (they change no decision).
-_CERT_STR = ("form", "form_reason", "method", "guarantee", "reason", "group")
+_CERT_STR = ("form", "form_reason", "method", "guarantee", "reason", "group", "magnitude")
 _CERT_BOOL = ("rowwise", "needs_magnitude")
 _CERT_COUNT = ("n_runs", "n_units", "n_duplicates", "n_fit", "n_cal", "rank", "n_needed")
 _CERT_OPT_COUNT = ("n_clusters", "n_scores")

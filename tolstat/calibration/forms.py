@@ -288,6 +288,8 @@ def certified_groups(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.
     if res.refused and on_error == "raise":
         raise next(iter(res.refused.values()))
     need_k = "K" in ds
+    # how the operator statistics' magnitudes were obtained (tolstat.dataset.records.magnitude_convention)
+    magnitude = str(ds["op_max"].attrs.get("magnitude", "unknown")) if "op_max" in ds else "unknown"
     groups = []
     for gi, key in enumerate(keys):
         lab = _label(key)
@@ -298,7 +300,7 @@ def certified_groups(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.
             why = "operator: requested" if form == "operator" else "operator: " + _OP_REASON
             cert = _certificate(c, exc, "operator", why)
             cert.update(rowwise=rowwise[lab], needs_magnitude=True, covariates=["K"] if need_k else [],
-                        cluster=cluster)
+                        cluster=cluster, magnitude=magnitude)
         elif form is None:
             cert = _certificate(c, exc, "plain", f"plain: the statistic {statistic} as it is (form=None)")
             cert.update(cluster=cluster)

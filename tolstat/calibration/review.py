@@ -249,8 +249,8 @@ def _ratio(a: float, b: float) -> str:
 
 #: certificate fields that change a decision (tolstat.calibration.decision, tolstat.checks,
 #: re-budgeting); the others (reason, guarantee, flags, counts of the fit) are prose or record
-CERTIFICATE_DECISION_FIELDS = ("form", "method", "normalisers", "rowwise", "needs_magnitude", "covariates",
-                               "n_scores")
+CERTIFICATE_DECISION_FIELDS = ("form", "method", "normalisers", "rowwise", "needs_magnitude", "magnitude",
+                               "covariates", "n_scores")
 #: scale-model fields that change a decision (tolstat.models.scale.ScaleModel.scale)
 SCALE_DECISION_FIELDS = ("form", "atol", "rtol", "unit", "linear", "power", "baseline", "floor")
 

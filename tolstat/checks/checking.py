@@ -117,6 +117,9 @@ def check(
     e = as_array(expected, name="expected")
     covariates = _validate.covariates(covariates, computed=BUILTIN_COVARIATES)
     magnitude, covariates = resolve_op_inputs(ent, op, dt, inputs, params, covariates, opts.magnitude)
+    if ent.operator:
+        check_magnitude(ent, op, e, magnitude, "ops" if inputs is not None else
+                        "ref" if isinstance(magnitude, str) else "given")
     if inputs is not None and magnitude is not None and np.shape(magnitude) != e.shape:
         raise ValueError(f"the inputs of {op!r} give an output of shape {np.shape(magnitude)} but expected has "
                          f"shape {e.shape}: pass the op's own arguments as inputs=")
@@ -173,6 +176,64 @@ def resolve_op_inputs(entry: ToleranceEntry, op: str, dtype: str, inputs: Sequen
                          "of covariates (it is derived from inputs=) or fix it")
     cov["K"] = k
     return (st.magnitude if entry.operator else None), cov
+
+
+#: canonical ops of :mod:`tolstat.ops` whose magnitude is at least ``|ref|`` (the op on
+#: absolute inputs bounds the op's own output); cumsum's is scaled by ``sqrt((j+1)/N)``
+_MAGNITUDE_BOUNDS_REF_EXCEPT = frozenset({"cumsum"})
+
+
+def check_magnitude(entry: ToleranceEntry, op: str, expected: np.ndarray, magnitude: Any, source: str) -> None:
+    """Refuse a magnitude that contradicts the table or cannot be the op on absolute inputs.
+
+    ``source`` says how the check got it: ``"ops"`` (derived from ``inputs=``), ``"given"``
+    (``CheckOptions(magnitude=array)``) or ``"ref"``. The table's certificate records how
+    its calibration runs' magnitudes were obtained (``magnitude``:
+    :func:`tolstat.dataset.records.magnitude_convention`); ``|expected|`` (``"ref"``) is
+    another scale than the op on absolute inputs (``"ops"``, ``"given"``), so mixing them
+    is refused (tables that do not record it are not checked). A given magnitude must be
+    finite and ``>= 0`` where ``expected`` is finite, and for an op of :mod:`tolstat.ops`
+    (cumsum excepted) at least ``|expected|`` up to float64 rounding: a signed ``A @ B``
+    or zeros give a scale too small.
+    """
+    cert = entry.certificate or {}
+    table = set(str(cert.get("magnitude", "unknown")).split("+"))
+    where = f"table group ({entry.op}, {entry.dtype}, {entry.hardware})"
+    if "unknown" not in table:
+        if source == "ref" and "ref" not in table:
+            raise ValueError(f"{where} was calibrated with magnitudes of the op on absolute inputs ({'+'.join(sorted(table))}); "
+                             "CheckOptions(magnitude='ref') (|expected|) is another scale: pass inputs= (and params=)")
+        if source != "ref" and table == {"ref"}:
+            raise ValueError(f"{where} was calibrated with magnitude='ref' (m = |expected|): check with "
+                             "options=CheckOptions(magnitude='ref'), not with inputs= or a magnitude array")
+    if source != "given" or magnitude is None:
+        return
+    m = as_array(magnitude, name="magnitude")
+    if m.dtype.kind not in "fiu":
+        raise TypeError(f"CheckOptions.magnitude must be a real array, got dtype {m.dtype}")
+    try:
+        m = np.broadcast_to(np.asarray(m, dtype=np.float64), np.shape(expected))
+    except ValueError as exc:
+        raise ValueError(f"CheckOptions.magnitude has shape {m.shape}, which does not broadcast to expected's "
+                         f"{np.shape(expected)}") from exc
+    e = np.asarray(expected, dtype=np.float64)
+    live = np.isfinite(e)
+    bad = live & ~(np.isfinite(m) & (m >= 0))
+    if bad.any():
+        i = tuple(int(x) for x in np.unravel_index(int(np.flatnonzero(bad)[0]), e.shape))
+        raise ValueError(f"CheckOptions.magnitude must be finite and >= 0 where expected is finite, got {m[i]!r} at "
+                         f"index {i}: that is the magnitude's fault, not the kernel's")
+    from tolstat import ops
+
+    name = ops.canonical_name(op)
+    if name is None or name in _MAGNITUDE_BOUNDS_REF_EXCEPT:
+        return
+    low = live & (m < np.abs(e) * (1.0 - 1e-6))
+    if low.any():
+        i = tuple(int(x) for x in np.unravel_index(int(np.flatnonzero(low)[0]), e.shape))
+        raise ValueError(f"CheckOptions.magnitude {m[i]:.6g} is below |expected| = {abs(e[i]):.6g} at index {i}: the "
+                         f"magnitude of {op!r} is the op applied to the absolute inputs (|A| @ |B|), never below "
+                         "|expected|; a signed A @ B or zeros give a scale too small. Pass inputs= to derive it")
 
 
 def _validate_op_args(inputs: Any, params: Any) -> None:

@@ -277,6 +277,7 @@ class TolstatSession:
             covariates=cov, rng=np.random.default_rng([zlib.crc32(nodeid.encode()), k]),
         )
         rec.op_stats, rec.op_rowwise = op_stats, rowwise
+        rec.op_magnitude = "ops" if op_stats else None
         # the same test with the same inputs on another CI run is the same unit, not a new draw
         rec.ref_fingerprint = reference_fingerprint(as_array(expected, name="expected"))
         self.records.append(rec)

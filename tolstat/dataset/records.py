@@ -69,6 +69,8 @@ class RunRecord:
     ref_fingerprint: int | None = None
     #: whether ``op_stats`` include the per-row statistics (row-wise op); None without ``op_stats``
     op_rowwise: bool | None = None
+    #: how the magnitude of ``op_stats`` was obtained (:data:`MAGNITUDE_SOURCES`); None without ``op_stats``
+    op_magnitude: str | None = None
 
 
 def _fmt_shape(shape: Sequence[int]) -> str:
@@ -480,6 +482,19 @@ def _covariate_vars(records: Sequence[RunRecord], cov_keys: Sequence[str]) -> di
     }
 
 
+#: how a run's operator magnitude was obtained: derived by :mod:`tolstat.ops` from the op's
+#: arguments, given by the caller (an array or a callable), or ``|expected|`` (``"ref"``)
+MAGNITUDE_SOURCES = ("ops", "given", "ref")
+
+
+def magnitude_convention(sources: Sequence[str | None]) -> str:
+    """The convention of a set of runs' magnitudes, as stored in the ``magnitude`` attribute
+    of the operator statistics: the sorted distinct sources joined by ``+`` (``"given+ops"``),
+    ``"unknown"`` for runs recorded before it was stored."""
+    got = sorted({s if s in MAGNITUDE_SOURCES else "unknown" for s in sources})
+    return "+".join(got) if got else "unknown"
+
+
 def _op_stat_vars(records: Sequence[RunRecord]) -> dict[str, xr.Variable]:
     """The optional per-run operator-noise statistics (all runs or none)."""
     keys = list(records[0].op_stats)
@@ -495,6 +510,8 @@ def _op_stat_vars(records: Sequence[RunRecord]) -> dict[str, xr.Variable]:
                              f"rowwise={rows}: every run of a dataset must agree")
     from tolstat.measure.noise import MID_SUFFIX, STATISTICS
 
+    convention = magnitude_convention([r.op_magnitude for r in records])
+
     def long_name(k: str) -> str:
         base = k.removesuffix(MID_SUFFIX)
         text = STATISTICS.get(base, f"operator invariant {base}")
@@ -503,6 +520,6 @@ def _op_stat_vars(records: Sequence[RunRecord]) -> dict[str, xr.Variable]:
     return {
         k: xr.Variable("run", np.array([r.op_stats[k] for r in records], dtype=np.float64),
                        {"long_name": long_name(k),
-                        "units": "rounding-noise units", "role": "op_statistic"})
+                        "units": "rounding-noise units", "role": "op_statistic", "magnitude": convention})
         for k in keys
     }

@@ -240,6 +240,7 @@ def _record(actual: Any, expected: Any, i: int, *, op: str, dtype: str, hardware
             ) -> RunRecord:
     """One run's record; ``op_args`` ``(inputs, params)``: the operator statistics come from
     :func:`derive_op_statistics` (``magnitude`` must then be None)."""
+    source = "ops" if op_args is not None else ("ref" if isinstance(magnitude, str) else "given")
     try:
         if op_args is not None:
             try:
@@ -257,6 +258,7 @@ def _record(actual: Any, expected: Any, i: int, *, op: str, dtype: str, hardware
                         sample_size=sample_size, rng=rng)
     rec.op_stats = op_stats
     rec.op_rowwise = bool(rowwise) if op_stats else None
+    rec.op_magnitude = source if op_stats else None
     rec.ref_fingerprint = reference_fingerprint(as_array(expected, name="expected"))
     return rec
 

@@ -502,6 +502,10 @@ def concat(datasets: Iterable[xr.Dataset]) -> xr.Dataset:
         first = next((d for d in dss if name in d.data_vars), None)
         if first is not None:
             out[name].attrs = dict(first[name].attrs)
+            if "magnitude" in first[name].attrs:  # the union of the magnitude conventions (records.py)
+                srcs = {x for d in dss if name in d.data_vars
+                        for x in str(d[name].attrs.get("magnitude", "unknown")).split("+")}
+                out[name].attrs["magnitude"] = "+".join(sorted(srcs))
     out.attrs = dict(dss[0].attrs)
     out.attrs["sample_size"] = int(k)
     out.attrs["provenance"] = json.dumps(prov)
