@@ -79,8 +79,16 @@ of length ``K``: ``sqrt(K) u |x|^T |y|``). It is computed on the inputs as given
 
 Non-finite inputs are allowed: the magnitude is then non-finite where the op on the
 absolute inputs is.
+
+Tolerances from zero runs
+-------------------------
+:func:`~tolstat.ops.zero_run.tolerance` turns the same statistics into a threshold for a
+kernel without calibration runs (``u_out |ref_i| + lambda(fp_budget / n) sqrt(K) u_acc m_i``,
+the probabilistic bound with a union over the ``n`` output elements), labelled
+model-based; :func:`~tolstat.ops.zero_run.fit_tolerance` fits its constant on a few runs
+for tiny budgets per check.
 """
 
 from tolstat._base.lazy import namespace as _namespace
 
-__getattr__, __dir__ = _namespace(__name__, ("registry", "model"))
+__getattr__, __dir__ = _namespace(__name__, ("registry", "model", "zero_run"))
