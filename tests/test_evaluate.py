@@ -98,6 +98,7 @@ def test_cli_evaluate_and_report(tmp_path, capsys):
     assert rc == 0
     text = capsys.readouterr().out
     assert "control checks" in text and "torch defaults" in text
+    assert all(peer in text for peer in ("dynamo same", "flash-attn 2x eager", "gpucheck"))
     assert main(["report", str(out)]) == 0
     md = (out / "report.md").read_text()
     assert "| method |" in md and "silu" in md

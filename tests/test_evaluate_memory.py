@@ -32,10 +32,16 @@ def _same(new: xr.Dataset, old: xr.Dataset) -> None:
 OPS = ["softmax", "matmul", "cumsum"]
 
 
+def _calibration_part(op: str, dt: str, cfg: EvalConfig) -> xr.Dataset:
+    """One (op, dtype) of the calibration dataset, its pairs made first (each with its peer variables)."""
+    peers: list = []
+    pairs = list(_pairs_for(op, dt, cfg.n_cal, cfg.seed, cfg.quick, peers))
+    return _from_corpus_pairs([(*p, q) for p, q in zip(pairs, peers, strict=True)], op, dt, cfg.seed)
+
+
 def test_calibration_dataset_equals_concat_of_parts():
     cfg = EvalConfig.preset("tiny", ops=OPS, n_cal=6)
-    parts = [_from_corpus_pairs(list(_pairs_for(op, dt, cfg.n_cal, cfg.seed, cfg.quick)), op, dt, cfg.seed)
-             for op in OPS for dt in cfg.dtypes]
+    parts = [_calibration_part(op, dt, cfg) for op in OPS for dt in cfg.dtypes]
     new = calibration_dataset(cfg, progress=False)
     _same(new, _union_covariates(parts))
     assert tolstat.dataset.validate(new, deep=True) is new  # raises if the concatenation is not a valid dataset

@@ -6,25 +6,29 @@ every correct variant of the op; :func:`heldout_datasets` runs ``n_test`` fresh 
 (*buggy*), paired on the same inputs, and marks each bug output *detectable* or not.
 Both collect the runs with :func:`tolstat.dataset.collection.from_pairs`, one (op,
 dtype) at a time, and gather the element samples of the parts into one copy as they are
-made (equal to concatenating the parts). The settings are those of an
+made (equal to concatenating the parts). Every run also carries the run variables of the
+peers' eager-relative rules (:data:`tolstat.assess.rules.PEER_VARIABLES`): its RMSE and
+errors beside those of the op's plain correct variant (:func:`eager_variant`, the eager
+kernel) on the same inputs, computed as the run is made. The settings are those of an
 :class:`tolstat.assess.evaluation.EvalConfig`.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Iterator, Protocol, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import numpy as np
 import xarray as xr
 from tqdm.auto import tqdm
 
+from tolstat.assess.rules import PEER_VARIABLES, EagerBaseline
 from tolstat.dataset.collection import from_pairs
 from tolstat.dataset.options import CollectOptions
 from tolstat.dataset.schema import concat, validate
 from tolstat.measure.metrics import ulp_distance
 
-__all__ = ["calibration_dataset", "heldout_datasets"]
+__all__ = ["calibration_dataset", "heldout_datasets", "eager_variant"]
 
 
 class _Settings(Protocol):
@@ -38,18 +42,33 @@ class _Settings(Protocol):
     quick: bool
 
 
-def _pairs_for(op: str, dtype: str, n: int, seed: int, quick: bool) -> Iterable[tuple]:
+def eager_variant(op: str) -> str:
+    """The corpus's plain correct variant of ``op`` (the first it registers): the eager kernel
+    of the peers' eager-relative rules (:class:`tolstat.assess.rules.EagerBaseline`)."""
+    from tolstat import corpus
+
+    return next(iter(corpus.OPS[op].variants))
+
+
+def _pairs_for(op: str, dtype: str, n: int, seed: int, quick: bool,
+               peers: list[dict[str, float]] | None = None) -> Iterable[tuple]:
+    """The calibration pairs of ``op``; with ``peers``, each pair's peer variables (its
+    output against the plain variant's on the same inputs) are appended to it as it is made."""
     from tolstat import corpus
 
     spec = corpus.OPS[op]
+    eager = eager_variant(op)
     for ci, case in enumerate(corpus.iter_cases(op, dtype, n=n, seed=seed, quick=quick)):  # one case at a time
         ref = corpus.run_reference(case, dtype)
         mag = corpus.run_magnitude(case, dtype)  # operator-noise statistics (tolstat.measure.noise)
-        for vname, kern in spec.variants.items():
-            out = corpus.run_kernel(kern, case, dtype)
+        outs = {vname: corpus.run_kernel(kern, case, dtype) for vname, kern in spec.variants.items()}
+        base = EagerBaseline(outs[eager], ref, dtype) if peers is not None else None
+        for vname, out in outs.items():
             # "case": the same inputs through every correct variant, one cluster (select(cluster="case"))
             labels = {"variant": vname, "dist": case.labels.get("dist", ""),
                       "dims": case.labels.get("dims", ""), "case": str(ci)}
+            if base is not None:
+                peers.append(base.variables(out))
             yield out, ref, mag, labels, dict(case.covariates)
 
 
@@ -58,6 +77,8 @@ def _heldout_pairs(op: str, dtype: str, n: int, seed: int, quick: bool) -> tuple
 
     A bug output is *detectable* when it differs from the output of its base variant on
     the same inputs by more than one ULP somewhere (controls are detectable by convention).
+    Each pair carries, sixth, its peer variables against the plain variant's output
+    (:func:`eager_variant`) on the same inputs.
     """
     from tolstat import corpus
 
@@ -73,27 +94,39 @@ def _heldout_pairs(op: str, dtype: str, n: int, seed: int, quick: bool) -> tuple
                   "input_scale": case.labels.get("scale", "")}
         cov = dict(case.covariates)
         outs = {v: corpus.run_kernel(k, case, dtype) for v, k in spec.variants.items()}
+        base = EagerBaseline(outs[eager_variant(op)], ref, dtype)
         for v, out in outs.items():
             controls.append((out, ref, mag, {**labels, "variant": v, "kind": "control", "bug": "",
-                                             "category": "", "detectable": True}, cov))
+                                             "category": "", "detectable": True}, cov, base.variables(out)))
         for b in bugs:
             out = corpus.run_kernel(b.kernel, case, dtype)
             with np.errstate(all="ignore"):
                 det = bool(np.any(ulp_distance(out, outs[b.base], dtype) > 1.0))
             buggy.append((out, ref, mag, {**labels, "variant": b.base, "kind": "bug", "bug": b.name,
-                                          "category": b.category, "detectable": det}, cov))
+                                          "category": b.category, "detectable": det}, cov, base.variables(out)))
     return controls, buggy
 
 
+def _with_peers(ds: xr.Dataset, peers: Sequence[Mapping[str, float]]) -> xr.Dataset:
+    """``ds`` with the peer variables of its runs (in run order) as run variables."""
+    if len(peers) != ds.sizes["run"]:
+        raise AssertionError(f"{len(peers)} peer records for {ds.sizes['run']} runs")
+    return ds.assign({name: xr.Variable("run", np.array([p[name] for p in peers], dtype=np.float64),
+                                        {"long_name": text})
+                      for name, text in PEER_VARIABLES.items()})
+
+
 def _from_corpus_pairs(pairs: list[tuple], op: str, dtype: str, seed: int) -> xr.Dataset:
-    """Error dataset of one (op, dtype) from corpus pairs, keeping the covariates every case has."""
+    """Error dataset of one (op, dtype) from corpus pairs (each with its peer variables sixth),
+    keeping the covariates every case has."""
     from tolstat import corpus
 
     # the covariates every case has, in the first case's order (deterministic, unlike a set's)
     cov_keys = [k for k in pairs[0][4] if all(k in p[4] for p in pairs)]
-    pairs = [(a, e, m, lab, {k: c[k] for k in cov_keys}) for a, e, m, lab, c in pairs]
-    return from_pairs(pairs, op=op, dtype=dtype, hardware="cpu:tolstat-corpus", seed=seed,
-                      options=CollectOptions(sample_size=512, progress=False, rowwise=op in corpus.ROWWISE))
+    five = [(a, e, m, lab, {k: c[k] for k in cov_keys}) for a, e, m, lab, c, _ in pairs]
+    ds = from_pairs(five, op=op, dtype=dtype, hardware="cpu:tolstat-corpus", seed=seed,
+                    options=CollectOptions(sample_size=512, progress=False, rowwise=op in corpus.ROWWISE))
+    return _with_peers(ds, [p[5] for p in pairs])
 
 
 def _same_covariates(pairs: Iterable[tuple], op: str) -> Iterator[tuple]:
@@ -219,10 +252,11 @@ def calibration_dataset(cfg: _Settings, *, progress: bool | None = None) -> xr.D
     bar = tqdm(total=len(ops) * len(cfg.dtypes), desc="collect", disable=None if progress is None else not progress)
     for op in ops:
         for dt in cfg.dtypes:
-            pairs = _same_covariates(_pairs_for(op, dt, cfg.n_cal, cfg.seed, cfg.quick), op)
+            peers: list[dict[str, float]] = []
+            pairs = _same_covariates(_pairs_for(op, dt, cfg.n_cal, cfg.seed, cfg.quick, peers), op)
             opts = CollectOptions(sample_size=512, progress=False, rowwise=op in corpus.ROWWISE)
-            parts.append(sink.take(from_pairs(pairs, op=op, dtype=dt, hardware="cpu:tolstat-corpus",
-                                              seed=cfg.seed, options=opts)))
+            ds = from_pairs(pairs, op=op, dtype=dt, hardware="cpu:tolstat-corpus", seed=cfg.seed, options=opts)
+            parts.append(sink.take(_with_peers(ds, peers)))
             bar.update(1)
     bar.close()
     # ops have different covariates (D for attention, N for norms): keep the union,

@@ -11,8 +11,8 @@ Protocol
 2. **Test.** ``n_test`` fresh cases (seed ``seed + 1``) are run through every correct
    variant (*controls*) and every bug of the op (*buggy*), paired on the same inputs;
    both form error datasets too (:func:`tolstat.assess.corpus_runs.heldout_datasets`).
-3. **Methods.** The rules of :mod:`tolstat.assess.rules` (static baselines, the study's
-   rule, ``tolstat.select``), through the steps of the per-fold core of ``tolstat compare``
+3. **Methods.** The rules of :mod:`tolstat.assess.rules` (static baselines, the peers'
+   rules, the study's rule, ``tolstat.select``), through the steps of the per-fold core of ``tolstat compare``
    (:func:`tolstat.assess.rules.calibrate_and_score`) with one fold, the test checks
    scored one (op, dtype) at a time as they are made: each calibrates on
    the calibration dataset only, per (op, dtype), and scores every test check from its
@@ -51,7 +51,8 @@ from tolstat._base.inference import clopper_pearson_upper
 from tolstat._base.util import atomic_write, atomic_write_text
 from tolstat._base.util import percent as _pct
 from tolstat._version import __version__
-from tolstat.assess.rules import TORCH_DEFAULTS, FoldOutcome, Rule, StaticRule, StudyRule, make_rule
+from tolstat.assess.rules import (TORCH_DEFAULTS, DynamoSameRule, FlashAttentionRule, FoldOutcome, GpucheckRule, Rule,
+                                  StaticRule, StudyRule, make_rule)
 
 __all__ = [
     "EvalConfig",
@@ -70,10 +71,16 @@ PROTOCOLS = ("op", "kernel")
 
 # --------------------------------------------------------------------------- methods
 def default_methods() -> list[Rule]:
-    """Static baselines, the study's rule and the tolstat methods (:func:`tolstat_methods`)."""
+    """Static baselines, the peers' rules (torch dynamo's ``same``, FlashAttention's test
+    rule and gpucheck's defaults; the eager kernel of the first two is the op's plain
+    variant, :func:`tolstat.assess.corpus_runs.eager_variant`), the study's rule and the
+    tolstat methods (:func:`tolstat_methods`)."""
     return [
         StaticRule("torch defaults", TORCH_DEFAULTS),
         StaticRule("atol=rtol=1e-2", {d: (1e-2, 1e-2) for d in TORCH_DEFAULTS}),
+        DynamoSameRule("dynamo same"),
+        FlashAttentionRule("flash-attn 2x eager"),
+        GpucheckRule("gpucheck"),
         StudyRule("study p95x1.5"),
         *tolstat_methods(),
     ]

@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 import xarray as xr
 
-from tolstat.assess.rules import FoldOutcome, Rule, StaticRule, _keys, _split_key, calibrate_and_score
+from tolstat.assess.rules import FoldOutcome, Rule, _keys, _split_key, calibrate_and_score
 from tolstat.dataset.schema import FINGERPRINT, run_units
 from tolstat._base.inference import budget_verdict, clopper_pearson
 
@@ -186,8 +186,8 @@ def _score_folds(rules: list[Rule], ds: xr.Dataset, bug: xr.Dataset | None, spli
 
 def _fold_threshold(rule: Rule, out: FoldOutcome, k3: tuple[str, str, str]) -> tuple[float, str]:
     """Threshold of a group in one fold, and why there is none (``""`` when there is one)."""
-    if isinstance(rule, StaticRule):
-        t = rule.threshold(k3)
+    t = rule.fixed_threshold(k3)
+    if t is not None:  # a data-free rule (static, eager-relative): its statistic's threshold
         return t, (f"no tolerances for dtype {k3[1]}" if math.isnan(t) else "")
     t = out.thresholds.get(k3, math.nan)
     why = out.reasons.get(k3, "no calibration runs of this group in the training folds") if math.isnan(t) else ""

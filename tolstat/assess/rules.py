@@ -4,7 +4,12 @@ A :class:`Rule` is calibrated on correct runs (:meth:`Rule.fit`) and then scores
 check statistic of each run as a fraction of the threshold of its group (the check fails
 when the ratio is above 1). This module holds the rule kinds (:class:`StaticRule`: fixed
 ``rtol``/``atol`` per dtype, :class:`StudyRule`: a multiple of a sample percentile,
-:class:`SelectRule`: ``tolstat.select``), the calibrated form of a rule (:class:`Fitted`),
+:class:`SelectRule`: ``tolstat.select``), the peers' rules (:class:`GpucheckRule`: gpucheck's
+defaults with ``atol`` scaled by ``sqrt(K/128)``; :class:`DynamoSameRule`: torch dynamo's
+accuracy rule, RMSE against float64 at most a multiple of the eager kernel's;
+:class:`FlashAttentionRule`: FlashAttention's tests, max error at most twice the eager
+kernel's plus a rounding term) with the run variables the eager-relative ones read
+(:class:`EagerBaseline`, :data:`PEER_VARIABLES`), the calibrated form of a rule (:class:`Fitted`),
 the registry of named methods (:data:`METHODS`, :data:`DEFAULT_METHODS`,
 :data:`TORCH_DEFAULTS`) with :func:`make_rule`, which builds a rule from a name or a dict,
 and the per-fold core :func:`calibrate_and_score` (one calibration set, one test set;
@@ -36,6 +41,13 @@ __all__ = [
     "StaticRule",
     "StudyRule",
     "SelectRule",
+    "GpucheckRule",
+    "DynamoSameRule",
+    "FlashAttentionRule",
+    "EagerBaseline",
+    "dynamo_multiplier",
+    "PEER_VARIABLES",
+    "GPUCHECK_DEFAULTS",
     "make_rule",
     "FoldOutcome",
     "calibrate_and_score",
@@ -99,7 +111,9 @@ class Rule:
     ----------
     name : str
         Label in tables.
-    family : {"static", "study", "tolstat"}
+    family : {"static", "study", "tolstat", "eager-relative"}
+        ``"eager-relative"``: a peer's rule that bounds the error by that of an eager
+        kernel run on the same inputs (:class:`DynamoSameRule`, :class:`FlashAttentionRule`).
     budgeted : bool
         Whether the rule makes a false-positive promise (uses the budget).
     data_free : bool
@@ -129,6 +143,12 @@ class Rule:
     def describe(self) -> str:
         """One line: the rule."""
         return self.name
+
+    def fixed_threshold(self, key: tuple[str, str, str]) -> float | None:
+        """The threshold of a rule that needs no calibration, for group ``key`` (NaN: the rule
+        cannot check the group); None for a calibrated rule (its thresholds are in
+        :attr:`Fitted.thresholds`)."""
+        return None
 
     def describe_at(self, budget: float, confidence: float) -> str:
         """One line: the rule as calibrated at ``budget`` and ``confidence``."""
@@ -220,6 +240,9 @@ class StaticRule(Rule):
     def threshold(self, key: tuple[str, str, str]) -> float:
         """1.0 where the dtype has tolerances, else NaN."""
         return 1.0 if key[1] in self.tolerances else math.nan
+
+    def fixed_threshold(self, key: tuple[str, str, str]) -> float:  # noqa: D102
+        return self.threshold(key)
 
     def describe(self) -> str:  # noqa: D102
         return "allclose " + "; ".join(f"{d}: rtol={r:g} atol={a:g}" for d, (r, a) in self.tolerances.items())
@@ -352,6 +375,270 @@ class SelectRule(Rule):
         return f"tolstat.select(fp_budget={budget}, confidence={confidence}{', ' + opts if opts else ''})"
 
 
+# --------------------------------------------------------------------------- the peers' rules
+#: gpucheck's default ``(rtol, atol)`` per dtype (``gpucheck.assertions.tolerances``: atol = rtol
+#: for the 16-bit formats); :class:`GpucheckRule` scales ``atol`` by ``sqrt(K/128)``
+GPUCHECK_DEFAULTS: dict[str, tuple[float, float]] = {
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (5e-2, 5e-2),
+    "float32": (1e-4, 1e-4),
+    "float64": (1e-7, 1e-10),
+}
+
+#: run variables of the eager-relative rules, written by :class:`EagerBaseline` (each a float
+#: per run; the corpus evaluation stores them at collection, from the same inputs)
+PEER_VARIABLES: dict[str, str] = {
+    "peer_rmse": "RMSE of the output against the float64 reference",
+    "peer_eager_rmse": "RMSE of the eager kernel's output (same inputs) against the float64 reference",
+    "peer_eager_close": "max |out - eager| / (1 + |out|): torch.allclose(eager, out, atol=t, rtol=t) holds "
+                        "exactly when it is <= t (0 where equal, inf where one is NaN or one non-finite)",
+    "peer_max_abs_lp": "max |out - ref_lp|, ref_lp the float64 reference rounded to the storage dtype "
+                       "(inf where the output is NaN)",
+    "peer_eager_max_abs_lp": "max |eager - ref_lp|",
+    "peer_fa_atol": "2 max |(ref_lp + 0.3) - 0.3 - ref_lp| in the storage dtype: FlashAttention's rounding term",
+}
+
+
+def _lp(x: np.ndarray, dtype: str) -> np.ndarray:
+    """A float32 operation's result as the storage dtype stores it (float64 array)."""
+    from tolstat._base.dtypes import round_to_format
+
+    return round_to_format(np.asarray(x, dtype=np.float32), dtype).astype(np.float64)
+
+
+def _max_abs_nan_inf(d: np.ndarray) -> float:
+    """``max |d|`` with NaN counted as infinite (a NaN output fails every comparison)."""
+    if d.size == 0:
+        return 0.0
+    a = np.abs(d)
+    return math.inf if np.isnan(a).any() else float(a.max())
+
+
+class EagerBaseline:
+    """The eager kernel's output on one case, and the peer variables of runs on that case.
+
+    Parameters
+    ----------
+    eager : array_like
+        The eager kernel's output on the case's inputs (the corpus: its plain variant).
+    reference : array_like
+        The float64 reference on the same inputs.
+    dtype : str
+        The storage dtype of the outputs.
+
+    :meth:`variables` gives the :data:`PEER_VARIABLES` of one output on the same case;
+    the eager kernel's own (``peer_eager_*``, ``peer_fa_atol``) are computed once here.
+    """
+
+    def __init__(self, eager: Any, reference: Any, dtype: str):
+        from tolstat._base.dtypes import canonical_dtype, round_to_format
+
+        self.dtype = canonical_dtype(dtype)
+        self.ref = np.asarray(reference, dtype=np.float64)
+        self.eager = np.asarray(eager).astype(np.float64)
+        if self.eager.shape != self.ref.shape:
+            raise ValueError(f"eager output shape {self.eager.shape} != reference shape {self.ref.shape}")
+        # FlashAttention's out_ref: the reference in the storage dtype
+        self.ref_lp = round_to_format(self.ref, self.dtype).astype(np.float64)
+        with np.errstate(all="ignore"):
+            x = self.ref_lp.astype(np.float32)
+            third = np.float32(0.3)
+            t = _lp(x + third, self.dtype).astype(np.float32)
+            u = _lp(t - third, self.dtype).astype(np.float32)
+            v = _lp(u - x, self.dtype)
+            fa = 2.0 * float(np.abs(v).max()) if v.size else 0.0  # NaN (an infinite ref_lp) propagates
+        self.eager_finite = bool(np.isfinite(self.eager).all())
+        self.ref_lp_finite = bool(np.isfinite(self.ref_lp).all())
+        self.case = {"peer_eager_rmse": self._rmse(self.eager),
+                     "peer_eager_max_abs_lp": self._max_abs_lp(self.eager, self.eager_finite), "peer_fa_atol": fa}
+
+    def _rmse(self, out: np.ndarray) -> float:
+        if not out.size:
+            return 0.0
+        with np.errstate(all="ignore"):
+            d = (self.ref - out).ravel()
+            return float(np.sqrt(np.dot(d, d) / d.size))  # NaN and inf propagate
+
+    def _max_abs_lp(self, out: np.ndarray, finite: bool) -> float:
+        with np.errstate(all="ignore"):
+            if finite and self.ref_lp_finite:
+                return float(np.abs(out - self.ref_lp).max()) if out.size else 0.0
+            return _max_abs_nan_inf(np.where(out == self.ref_lp, 0.0, out - self.ref_lp))
+
+    def variables(self, actual: Any) -> dict[str, float]:
+        """The :data:`PEER_VARIABLES` of ``actual``, an output on the same case."""
+        a = np.asarray(actual).astype(np.float64)
+        if a.shape != self.ref.shape:
+            raise ValueError(f"output shape {a.shape} != reference shape {self.ref.shape}")
+        e = self.eager
+        finite = bool(np.isfinite(a).all())
+        with np.errstate(all="ignore"):
+            close = np.abs(e - a) / (1.0 + np.abs(a))
+            if not (finite and self.eager_finite):
+                same = e == a  # equal values, equal infinities included, are close (torch.isclose)
+                close = np.where(same, 0.0, np.where(np.isfinite(e) & np.isfinite(a), close, np.inf))
+        return {"peer_rmse": self._rmse(a), **self.case,
+                "peer_eager_close": float(close.max()) if close.size else 0.0,
+                "peer_max_abs_lp": self._max_abs_lp(a, finite)}
+
+
+def _peer_values(ds: xr.Dataset, rule: str, names: Sequence[str]) -> dict[str, np.ndarray]:
+    """The run variables ``names`` of ``ds``; a clear error naming how to make them when missing."""
+    missing = [n for n in names if n not in ds.variables]
+    if missing:
+        raise ValueError(f"{rule} needs the run variables {missing} (the eager kernel's errors on the same "
+                         "inputs; tolstat.assess.rules.EagerBaseline computes them, tolstat evaluate stores them)")
+    return {n: np.asarray(ds[n].values, dtype=np.float64) for n in names}
+
+
+def _ratio_each(x: np.ndarray, thr: np.ndarray) -> np.ndarray:
+    """``x / thr`` per run, such that it is > 1 exactly when ``x <= thr`` fails: 0 where
+    ``x`` is 0 and passes (0/0), above 1 (inf for NaN) where it fails."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = x / thr
+    ok = x <= thr  # NaN on either side fails, as in the peers' comparisons
+    return np.where(ok, np.where(x == 0, 0.0, np.minimum(r, 1.0)),
+                    np.maximum(np.where(np.isnan(r), np.inf, r), np.nextafter(1.0, 2.0)))
+
+
+class GpucheckRule(StaticRule):
+    """gpucheck's defaults: ``|d| <= atol + rtol*|ref|`` with ``atol`` scaled by ``sqrt(K/128)``.
+
+    ``(rtol, atol)`` per dtype (:data:`GPUCHECK_DEFAULTS`: fp16 1e-2, bf16 5e-2), and
+    ``atol * sqrt(K / 128)`` (``rtol`` unchanged) for runs whose covariate ``k_covariate``
+    is above 1: gpucheck's ``k_dim``, passed for ops that reduce; a run without it (or
+    with K = 1, a pointwise op) is checked at the base tolerances. The run statistic is
+    that of :class:`StaticRule` (threshold 1).
+    """
+
+    def __init__(self, name: str = "gpucheck", tolerances: Mapping[str, tuple[float, float]] | None = None,
+                 k_covariate: str = "K"):
+        super().__init__(name, GPUCHECK_DEFAULTS if tolerances is None else tolerances)
+        self.k_covariate = k_covariate
+
+    def fit(self, train, *, budget, confidence, by):  # noqa: D102
+        def score_block(ds: xr.Dataset) -> np.ndarray:
+            out = np.full(ds.sizes["run"], np.nan)
+            dts = np.asarray(ds["dtype"].values).astype(str)
+            k = (np.asarray(ds[self.k_covariate].values, dtype=np.float64) if self.k_covariate in ds.variables
+                 else np.full(dts.size, np.nan))
+            scale = np.where(k > 1, np.sqrt(np.where(k > 1, k, 1.0) / 128.0), 1.0)  # NaN K: no k_dim
+            for dt in np.unique(dts):
+                if dt not in self.tolerances:
+                    continue
+                r, a = self.tolerances[dt]
+                for s in np.unique(scale[dts == dt]):
+                    idx = np.flatnonzero((dts == dt) & (scale == s))
+                    sub = ds.isel(run=idx) if idx.size != dts.size else ds
+                    out[idx] = run_scores(sub, ScaleModel("allclose", atol=a * float(s), rtol=r)).scores
+            return out
+
+        def score(ds: xr.Dataset) -> np.ndarray:
+            return _per_block(ds, score_block, ("sample_abs", "sample_ref"))
+
+        return Fitted({}, {}, score)
+
+    def describe(self) -> str:  # noqa: D102
+        return ("gpucheck allclose, atol x sqrt(K/128) where K > 1; "
+                + "; ".join(f"{d}: rtol={r:g} atol={a:g}" for d, (r, a) in self.tolerances.items()))
+
+
+def dynamo_multiplier(dtype: str, n_elements: Any, tol: float) -> np.ndarray:
+    """The RMSE multiplier of ``torch._dynamo.utils.same`` (without
+    ``use_larger_multiplier_for_smaller_tensor``): 3 for float16/bfloat16 outputs, else 2;
+    3 when the output has fewer than 1000 elements or ``tol >= 2e-2``."""
+    n = np.asarray(n_elements, dtype=np.float64)
+    base = 3.0 if dtype in ("float16", "bfloat16") else 2.0
+    return np.where((n < 1000) | (tol >= 2e-2), 3.0, base)
+
+
+class DynamoSameRule(Rule):
+    """torch dynamo's accuracy rule (``torch._dynamo.utils.same`` with an fp64 reference).
+
+    A run passes when ``torch.allclose(eager, out, atol=tol, rtol=tol)`` (the first try,
+    against the eager output), or else when ``rmse(fp64, out) <= m * rmse(fp64, eager) +
+    tol / 10``. ``m`` is :func:`dynamo_multiplier` (2, raised to 3 for float16/bfloat16
+    outputs, small outputs and large ``tol``) unless ``multiplier`` fixes it. The run
+    statistic is the smaller of ``peer_eager_close / tol`` and ``peer_rmse / (m *
+    peer_eager_rmse + tol / 10)`` (:data:`PEER_VARIABLES`): above 1 exactly when both fail.
+    NaN outputs fail (``equal_nan=False``, ``same``'s default); the case of an eager output
+    with NaN where the candidate has none is not modelled.
+    """
+
+    family = "eager-relative"
+    data_free = True
+    unit = "min(allclose-to-eager ratio, RMSE / bound)"
+    NEEDS = ("peer_rmse", "peer_eager_rmse", "peer_eager_close")
+
+    def __init__(self, name: str = "dynamo same", tol: float = 1e-3, multiplier: float | None = None):
+        if not (tol >= 0 and math.isfinite(tol)):
+            raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
+        if multiplier is not None and not (multiplier > 0 and math.isfinite(multiplier)):
+            raise ValueError(f"multiplier must be a positive number or None, got {multiplier!r}")
+        self.name, self.tol, self.multiplier = name, float(tol), multiplier
+
+    def fixed_threshold(self, key: tuple[str, str, str]) -> float:  # noqa: D102
+        return 1.0
+
+    def fit(self, train, *, budget, confidence, by):  # noqa: D102
+        def score(ds: xr.Dataset) -> np.ndarray:
+            v = _peer_values(ds, self.name, self.NEEDS)
+            dts = np.asarray(ds["dtype"].values).astype(str)
+            n = np.asarray(ds["n_elements"].values, dtype=np.float64)
+            m = np.empty(dts.size)
+            for dt in np.unique(dts):
+                sel = dts == dt
+                m[sel] = (self.multiplier if self.multiplier is not None
+                          else dynamo_multiplier(dt, n[sel], self.tol))
+            first = _ratio_each(v["peer_eager_close"], np.full(dts.size, self.tol))
+            second = _ratio_each(v["peer_rmse"], m * v["peer_eager_rmse"] + self.tol / 10.0)
+            return np.minimum(first, second)
+
+        return Fitted({}, {}, score)
+
+    def describe(self) -> str:  # noqa: D102
+        m = "m (3 for fp16/bf16 outputs or < 1000 elements, else 2)" if self.multiplier is None \
+            else f"{self.multiplier:g}"
+        return (f"torch._dynamo.utils.same: allclose(eager, out, {self.tol:g}, {self.tol:g}) or "
+                f"rmse(fp64, out) <= {m} x rmse(fp64, eager) + {self.tol / 10:g}")
+
+
+class FlashAttentionRule(Rule):
+    """FlashAttention's test rule: ``max|out - ref_lp| <= factor * max|eager - ref_lp| + fwd_atol``.
+
+    ``ref_lp`` is the reference in the storage dtype (the tests' ``out_ref``, computed in
+    float32 and cast back; here the float64 reference rounded), the eager kernel is the
+    same-precision baseline (the tests' ``out_pt``), ``factor`` 2 (3 with softcap in
+    FlashAttention 3's tests) and ``fwd_atol = 2 * max|ref_lp + 0.3 - 0.3 - ref_lp|`` in
+    the storage dtype. The run statistic is ``peer_max_abs_lp / (factor *
+    peer_eager_max_abs_lp + peer_fa_atol)`` (:data:`PEER_VARIABLES`); NaN outputs fail.
+    """
+
+    family = "eager-relative"
+    data_free = True
+    unit = "max |out - ref_lp| / bound"
+    NEEDS = ("peer_max_abs_lp", "peer_eager_max_abs_lp", "peer_fa_atol")
+
+    def __init__(self, name: str = "flash-attention 2x eager", factor: float = 2.0):
+        if not (factor > 0 and math.isfinite(factor)):
+            raise ValueError(f"factor must be a positive number, got {factor!r}")
+        self.name, self.factor = name, float(factor)
+
+    def fixed_threshold(self, key: tuple[str, str, str]) -> float:  # noqa: D102
+        return 1.0
+
+    def fit(self, train, *, budget, confidence, by):  # noqa: D102
+        def score(ds: xr.Dataset) -> np.ndarray:
+            v = _peer_values(ds, self.name, self.NEEDS)
+            return _ratio_each(v["peer_max_abs_lp"], self.factor * v["peer_eager_max_abs_lp"] + v["peer_fa_atol"])
+
+        return Fitted({}, {}, score)
+
+    def describe(self) -> str:  # noqa: D102
+        return (f"FlashAttention tests: max|out - ref_lp| <= {self.factor:g} x max|eager - ref_lp| "
+                "+ 2 max|ref_lp + 0.3 - 0.3 - ref_lp|")
+
+
 #: named methods (``methods=`` accepts these names, dicts and :class:`Rule` objects)
 METHODS: dict[str, Any] = {
     "torch-defaults": lambda: StaticRule("torch-defaults", TORCH_DEFAULTS),
@@ -363,6 +650,10 @@ METHODS: dict[str, Any] = {
     "tolstat-allclose": lambda: SelectRule("tolstat-allclose", form="allclose"),
     "tolstat-size_aware": lambda: SelectRule("tolstat-size_aware", form="size_aware"),
     "tolstat-max_abs+bias": lambda: SelectRule("tolstat-max_abs+bias", form=None, statistic=("max_abs", "bias")),
+    # the peers' rules; the eager-relative ones need the PEER_VARIABLES in the dataset
+    "gpucheck": lambda: GpucheckRule("gpucheck"),
+    "dynamo-same": lambda: DynamoSameRule("dynamo-same"),
+    "flash-attention": lambda: FlashAttentionRule("flash-attention"),
 }
 #: methods compared by default
 DEFAULT_METHODS = ("torch-defaults", "atol=rtol=1e-2", "study", "tolstat", "tolstat-allclose",

@@ -191,7 +191,7 @@ def plot_compare(result: Any, out_dir: str | os.PathLike[str]) -> list[Path]:
     labels, vals = [], []
     one_hw = len(set(d.hardware.values.tolist())) == 1
     for mi, m in enumerate(d.method.values):
-        if d.family.values[mi] == "static":
+        if d.family.values[mi] in ("static", "eager-relative"):  # ratio statistics: threshold 1
             continue
         for gj, gname in enumerate(d.group.values):
             t = d.threshold.values[mi, gj, 0, :]
