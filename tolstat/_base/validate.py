@@ -32,9 +32,24 @@ MAX_BUDGET = 0.5
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def _short(value: Any) -> str:
+def short_repr(value: Any) -> str:
+    """``repr(value)``, cut to 80 characters for an error message."""
     r = repr(value)
     return r if len(r) <= 80 else r[:77] + "..."
+
+
+_short = short_repr
+
+
+def option_object(options: Any, cls: type) -> Any:
+    """``options`` checked to be an instance of the option class ``cls`` (``None``: ``cls()``,
+    the defaults); a ``TypeError`` naming the class otherwise."""
+    if options is None:
+        return cls()
+    if not isinstance(options, cls):
+        raise TypeError(f"options must be a tolstat.{cls.__name__} or None, got {_short(options)} "
+                        f"({type(options).__name__})")
+    return options
 
 
 def finite_number(name: str, value: Any, *, lo: float | None = None, hi: float | None = None,

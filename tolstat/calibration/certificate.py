@@ -317,6 +317,11 @@ class OutlierRunWarning(UserWarning):
     """
 
 
+def _score_floor(ctx: _Ctx, d: dict[str, Any], q: np.ndarray) -> float:
+    """The resolution floor on the combined score of a group (info ``d``) under normalisers ``q``."""
+    return float(np.max(ctx.floors[d["active"]] / q))
+
+
 def _outlier_flags(ctx: _Ctx, gname: str, sorted_scores: np.ndarray, rank: int, floor: float,
                    stat: str | None = None) -> tuple[str, ...]:
     """Flag (and warn about) a threshold set by a run far beyond the rest.
@@ -360,7 +365,7 @@ def _finish(ctx: _Ctx, gname: str, raw: float, method: str, guarantee: str, q: n
     d = ctx.info[gname]
     n_fit, n_cal = split if split is not None else (int(d["iA"].size), int(d["iB"].size))
     act = d["active"]
-    s_floor = float(np.max(ctx.floors[act] / q))
+    s_floor = _score_floor(ctx, d, q)
     thr = max(raw, s_floor)
     flags = list(extra_flags)
     if thr > raw:

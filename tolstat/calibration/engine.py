@@ -68,7 +68,7 @@ from tolstat._base import validate as _validate
 from tolstat._base.util import NotEnoughData
 from tolstat._base.validate import unit_interval as _unit_interval
 from tolstat.calibration.certificate import (TOP_SCORES, GroupCertificate, _Ctx, _finish, _guarantee_pac, _max_bound,
-                                            _outlier_flags)
+                                            _outlier_flags, _score_floor)
 from tolstat.calibration.pooling import _pool
 from tolstat.calibration.units import (
     _as_matrix,
@@ -451,7 +451,7 @@ def _own_thresholds(ctx: _Ctx) -> list[str]:
         thr = float(ss[r - 1])
         with np.errstate(invalid="ignore"):
             top_stat = an[int(np.nanargmax(v[iB][order[r - 1]] / q))] if len(an) > 1 and thr > 0 else None
-        odd = _outlier_flags(ctx, gname, ss, r, float(np.max(ctx.floors[d["active"]] / q)), top_stat)
+        odd = _outlier_flags(ctx, gname, ss, r, _score_floor(ctx, d, q), top_stat)
         if rule == "order_statistic":
             guar = _guarantee_pac(a, g, nB, r, clusters=ctx.clusters_declared)
             reason = (f"order statistic: {nB} calibration units >= {nmin} needed for budget {a:g} at "

@@ -19,7 +19,7 @@ import numpy as np
 from scipy import stats as _st
 
 from tolstat._base.inference import clopper_pearson_upper, holm
-from tolstat.calibration.certificate import _Ctx, _finish, _guarantee_pac, _max_bound, _outlier_flags
+from tolstat.calibration.certificate import _Ctx, _finish, _guarantee_pac, _max_bound, _outlier_flags, _score_floor
 from tolstat.calibration.units import fit_normalisers, split_units
 from tolstat.models.estimators.orderstat import order_statistic_min_n, order_statistic_rank
 
@@ -274,7 +274,7 @@ def _pool(ctx: _Ctx, members: list[str], need_here: list[str], *, min_fit: int, 
                 f"p = {adj[s]:.3g} > {pool_alpha:g}), not proved.")
         reason = (f"pooled order statistic: own {d['iB'].size} calibration units < {nmin} needed; borrowed "
                   f"{pooled.size} scores of {len(ok)} exchangeable groups (normalisers shared by the pool)")
-        odd = _outlier_flags(ctx, s, ps, r, float(np.max(ctx.floors[d["active"]] / qg)))
+        odd = _outlier_flags(ctx, s, ps, r, _score_floor(ctx, d, qg))
         _finish(ctx, s, thr, "pooled_order_statistic", guar, qg, act_names, r, pooled.size, reason,
                 pool=tuple(ok), pool_p=float(adj[s]), split=(int(kfit[members.index(s)]), ncal[s]), extra_flags=odd)
 

@@ -16,6 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from tolstat._base import validate as _validate
+from tolstat.dataset.runs import validate_op_args
 from tolstat._base.util import group_rows
 from tolstat._base.dtypes import canonical_dtype, target_dtype, unit_roundoff
 from tolstat.dataset.schema import BUILTIN_COVARIATES
@@ -156,9 +157,9 @@ def resolve_op_inputs(entry: ToleranceEntry, op: str, dtype: str, inputs: Sequen
     """
     if inputs is None:
         if params is not None:
-            raise ValueError(f"params={_short(params)} needs inputs= (the op's positional arguments)")
+            raise ValueError(f"params={_validate.short_repr(params)} needs inputs= (the op's positional arguments)")
         return magnitude, dict(covariates)
-    _validate_op_args(inputs, params)
+    validate_op_args(inputs, params)
     if magnitude is not None:
         raise ValueError("pass either inputs= (the operator statistics are derived from them) or "
                          "CheckOptions(magnitude=...), not both")
@@ -234,21 +235,6 @@ def check_magnitude(entry: ToleranceEntry, op: str, expected: np.ndarray, magnit
         raise ValueError(f"CheckOptions.magnitude {m[i]:.6g} is below |expected| = {abs(e[i]):.6g} at index {i}: the "
                          f"magnitude of {op!r} is the op applied to the absolute inputs (|A| @ |B|), never below "
                          "|expected|; a signed A @ B or zeros give a scale too small. Pass inputs= to derive it")
-
-
-def _validate_op_args(inputs: Any, params: Any) -> None:
-    """``inputs`` a sequence (not a string or a mapping), ``params`` a mapping or None."""
-    if isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, (tuple, list)):
-        raise TypeError(f"inputs must be a tuple or list of the op's positional arguments, got "
-                        f"{_short(inputs)} ({type(inputs).__name__})")
-    if params is not None and not isinstance(params, Mapping):
-        raise TypeError(f"params must be a mapping of the op's keyword arguments or None, got "
-                        f"{_short(params)} ({type(params).__name__})")
-
-
-def _short(value: Any) -> str:
-    r = repr(value)
-    return r if len(r) <= 80 else r[:77] + "..."
 
 
 def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceEntry,

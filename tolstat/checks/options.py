@@ -15,13 +15,9 @@ from typing import Any
 import numpy as np
 
 from tolstat.calibration.hwpolicy import HARDWARE_POLICIES
+from tolstat._base.validate import option_object, short_repr as _short
 
 __all__ = ["CheckOptions"]
-
-
-def _short(value: Any) -> str:
-    r = repr(value)
-    return r if len(r) <= 80 else r[:77] + "..."
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,9 +73,4 @@ class CheckOptions:
 
 def check_options(options: Any) -> CheckOptions:
     """``options`` checked to be a :class:`CheckOptions` (``None``: the defaults)."""
-    if options is None:
-        return CheckOptions()
-    if not isinstance(options, CheckOptions):
-        raise TypeError(f"options must be a tolstat.CheckOptions or None, got {_short(options)} "
-                        f"({type(options).__name__})")
-    return options
+    return option_object(options, CheckOptions)

@@ -16,17 +16,13 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from tolstat.dataset.schema import DEFAULT_SAMPLE_SIZE
+from tolstat._base.validate import option_object, short_repr as _short
 
 __all__ = ["CollectOptions", "Store", "MAX_SAMPLE_SIZE"]
 
 #: the largest ``CollectOptions.sample_size``: element-wise errors kept per run (four float64
 #: sample arrays of this length are 512 MiB per run; a typo like ``10**11`` would ask for TiB)
 MAX_SAMPLE_SIZE = 2**24
-
-
-def _short(value: Any) -> str:
-    r = repr(value)
-    return r if len(r) <= 80 else r[:77] + "..."
 
 
 def _positive_int(name: str, value: Any) -> None:
@@ -189,12 +185,7 @@ class Store:
 
 def _options(options: Any) -> CollectOptions:
     """``options`` checked to be a :class:`CollectOptions` (``None``: the defaults)."""
-    if options is None:
-        return CollectOptions()
-    if not isinstance(options, CollectOptions):
-        raise TypeError(f"options must be a tolstat.CollectOptions or None, got {_short(options)} "
-                        f"({type(options).__name__})")
-    return options
+    return option_object(options, CollectOptions)
 
 
 def _store(store: Any) -> Store | None:

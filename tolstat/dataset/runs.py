@@ -18,11 +18,13 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from tolstat._base.validate import short_repr
 from tolstat.dataset.records import RunRecord, summarize_run
 from tolstat.dataset.schema import reference_fingerprint
 from tolstat.measure.metrics import as_array, error_metrics
 
-__all__ = ["Inputs", "Hardware", "hardware_fingerprint", "derive_op_statistics", "known_op"]
+__all__ = ["Inputs", "Hardware", "hardware_fingerprint", "derive_op_statistics", "known_op",
+           "validate_op_args"]
 
 
 @dataclass
@@ -166,6 +168,17 @@ def uses_op_model(op: str, op_model: bool | None, magnitude: Any) -> bool:
     return magnitude is None and known_op(op)
 
 
+def validate_op_args(inputs: Any, params: Any) -> None:
+    """``inputs`` a tuple or list (not a string or a mapping), ``params`` a mapping or None:
+    a ``TypeError`` naming the argument and its value otherwise."""
+    if isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, (tuple, list)):
+        raise TypeError(f"inputs must be a tuple or list of the op's positional arguments, got "
+                        f"{short_repr(inputs)} ({type(inputs).__name__})")
+    if params is not None and not isinstance(params, Mapping):
+        raise TypeError(f"params must be a mapping of the op's keyword arguments or None, got "
+                        f"{short_repr(params)} ({type(params).__name__})")
+
+
 def derive_op_statistics(op: str, inputs: Sequence[Any], params: Mapping[str, Any] | None, *, dtype: str,
                          covariates: Mapping[str, float],
                          rowwise: bool = False) -> tuple[np.ndarray, dict[str, float], bool]:
@@ -208,11 +221,7 @@ def derive_op_statistics(op: str, inputs: Sequence[Any], params: Mapping[str, An
     """
     from tolstat import ops
 
-    if isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, (tuple, list)):
-        raise TypeError(f"inputs must be a tuple or list of the op's positional arguments, got "
-                        f"{type(inputs).__name__}")
-    if params is not None and not isinstance(params, Mapping):
-        raise TypeError(f"params must be a mapping of the op's keyword arguments or None, got {type(params).__name__}")
+    validate_op_args(inputs, params)
     st = ops.op_statistics(op, tuple(inputs), dict(params) if params else None, dtype=dtype)
     k = float(st.K)
     cov = dict(covariates)
