@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-__all__ = ["atomic_write", "atomic_write_text", "clean_stale", "remove_tree", "Groups",
+__all__ = ["atomic_write", "atomic_write_text", "clean_stale", "remove_tree", "Groups", "rows_by_code",
            "group_rows", "ANY", "GROUP_DIMS", "NotEnoughData", "percent"]
 
 #: the grouping of an error dataset and of a tolerance table
@@ -246,10 +246,25 @@ class Groups:
     present: np.ndarray
     codes: np.ndarray
 
+    def rows(self) -> list[np.ndarray]:
+        """Each combination's row indices (ascending, in ``present`` order): :func:`rows_by_code`."""
+        return rows_by_code(self.codes, int(self.present.size))
+
     def keys(self) -> list[tuple[Any, ...]]:
         """The label values of each present combination (in ``present`` order)."""
         idx = np.unravel_index(self.present, self.shape) if self.levels else ()
         return [tuple(lv[i[j]] for lv, i in zip(self.levels, idx)) for j in range(self.present.size)]
+
+
+def rows_by_code(codes: Any, n_groups: int) -> list[np.ndarray]:
+    """The row indices (ascending) of each group code ``0 .. n_groups - 1``, from one stable
+    sort: a mask per group (``codes == g``) makes a loop over the groups quadratic in their
+    number."""
+    codes = np.asarray(codes, dtype=np.int64).ravel()
+    order = np.argsort(codes, kind="stable")
+    ends = np.cumsum(np.bincount(codes, minlength=n_groups)[:n_groups])
+    starts = np.concatenate([[0], ends[:-1]]) if n_groups else ends
+    return [order[b:e] for b, e in zip(starts, ends)]
 
 
 def group_rows(labels: Sequence[Any], n: int | None = None) -> Groups:

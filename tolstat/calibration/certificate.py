@@ -10,10 +10,12 @@ applies the resolution floor, flags statistics that cannot reach the threshold
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -134,7 +136,37 @@ _CERT_STR = ("form", "form_reason", "method", "guarantee", "reason", "group", "m
 _CERT_BOOL = ("rowwise", "needs_magnitude")
 _CERT_COUNT = ("n_runs", "n_units", "n_duplicates", "n_fit", "n_cal", "rank", "n_needed")
 _CERT_OPT_COUNT = ("n_clusters", "n_scores")
-_CERT_NAMES = ("pool", "flags", "unreachable")
+_CERT_NAMES = ("flags", "unreachable", "member_of")
+
+
+def pool_ref(pool: Sequence[str], cache: dict[int, tuple[Any, dict[str, Any]]] | None = None) -> dict[str, Any]:
+    """How a table certificate names a pool: ``{"id": "pool:<sha256 of the sorted members,
+    16 hex>", "size": <members>}``; the member groups' certificates list the id under
+    ``member_of``. ``cache`` (kept by the caller for one table) holds the refs of pool
+    objects already seen, so the groups of one pool, which share the object, cost one
+    digest."""
+    hit = None if cache is None else cache.get(id(pool))
+    if hit is not None and hit[0] is pool:
+        return dict(hit[1])
+    text = json.dumps(sorted(str(m) for m in pool), separators=(",", ":"))
+    ref = {"id": "pool:" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16], "size": len(pool)}
+    if cache is not None:
+        cache[id(pool)] = (pool, ref)  # the pool is kept with its ref: its id cannot be reused meanwhile
+    return dict(ref)
+
+
+def _check_pool(v: Any) -> None:
+    """A certificate's ``pool``: a list of member names (tables written before pools were
+    referenced) or :func:`pool_ref`'s ``{"id", "size"}``."""
+    if isinstance(v, list):
+        if not all(isinstance(x, str) for x in v):
+            raise ValueError(f"certificate pool must be a list of names or {{'id', 'size'}}, got {v!r}")
+        return
+    if not (isinstance(v, Mapping) and set(v) == {"id", "size"} and isinstance(v["id"], str)
+            and v["id"].startswith("pool:") and not isinstance(v["size"], bool) and isinstance(v["size"], int)
+            and v["size"] >= 1):
+        raise ValueError(f"certificate pool must be a list of names or {{'id': 'pool:<hex>', 'size': n >= 1}}, "
+                         f"got {v!r}")
 
 
 def _cert_number(field_name: str, v: Any) -> float:
@@ -213,6 +245,8 @@ def check_table_certificate(cert: Any, *, op: str, statistic: str, certified: bo
     for k in _CERT_NAMES:
         if k in cert and not (isinstance(cert[k], list) and all(isinstance(x, str) for x in cert[k])):
             raise ValueError(f"certificate {k} must be a list of names, got {cert[k]!r}")
+    if "pool" in cert:
+        _check_pool(cert["pool"])
     if "covariates" in cert:
         cov = cert["covariates"]
         if not (isinstance(cov, list) and all(isinstance(x, str) for x in cov)):

@@ -65,7 +65,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from tolstat._base import validate as _validate
-from tolstat._base.util import NotEnoughData
+from tolstat._base.util import NotEnoughData, rows_by_code
 from tolstat._base.validate import unit_interval as _unit_interval
 from tolstat.calibration.certificate import (TOP_SCORES, GroupCertificate, _Ctx, _finish, _guarantee_pac, _max_bound,
                                             _outlier_flags, _score_floor)
@@ -336,10 +336,15 @@ def certify(
     ctx.info = _group_infos(ctx, m, glab, clab, cov, o.pool_by, o.fit_fraction, o.min_fit, o.max_fit)
     small = _own_thresholds(ctx)
     if small and o.pooling and o.rule == "order_statistic":
-        keys = {gname: ctx.info[gname]["key"] for gname in ctx.info}
-        for key in dict.fromkeys(keys[s] for s in small):
-            _pool(ctx, [gn for gn in ctx.info if keys[gn] == key and not ctx.info[gn]["exact"]],
-                  [s for s in small if keys[s] == key], min_fit=o.min_fit, min_pool=o.min_pool,
+        members: dict[Any, list[str]] = {}
+        need: dict[Any, list[str]] = {}
+        for gn, d in ctx.info.items():  # one pass: linear in the number of groups
+            if not d["exact"]:
+                members.setdefault(d["key"], []).append(gn)
+        for s in small:
+            need.setdefault(ctx.info[s]["key"], []).append(s)
+        for key, need_here in need.items():
+            _pool(ctx, members.get(key, []), need_here, min_fit=o.min_fit, min_pool=o.min_pool,
                   min_test_units=o.min_test_units, pool_alpha=o.pool_alpha, own=o.pool_normalisers == "own")
     else:
         for s in small:
@@ -389,13 +394,19 @@ def _labels(group: Any, cluster: Any, covariates: Any, n: int) -> tuple[np.ndarr
     return glab, clab, cov
 
 
+def _group_rows(glab: np.ndarray) -> list[tuple[Any, np.ndarray]]:
+    """``(group, row indices)`` in order of first appearance (:func:`rows_by_code`)."""
+    names, first, inv = np.unique(glab, return_index=True, return_inverse=True)
+    rows = rows_by_code(inv, names.size)
+    return [(names[j], rows[j]) for j in np.argsort(first, kind="stable")]
+
+
 def _group_infos(ctx: _Ctx, m: np.ndarray, glab: np.ndarray, clab: Any, cov: Any, pool_by: Any,
                  fit_fraction: float, min_fit: int, max_fit: int) -> dict[str, dict[str, Any]]:
     """Per group: units, active statistics, the A/B split and its own normalisers."""
     info: dict[str, dict[str, Any]] = {}
     nmin = ctx.nmin
-    for gname in dict.fromkeys(glab.tolist()):
-        sel = glab == gname
+    for gname, sel in _group_rows(glab):
         u = collapse(m[sel], cluster=None if clab is None else clab[sel],
                      covariates=None if cov is None else cov[sel], names=ctx.names)
         active = ~np.isnan(u.values).all(axis=0)

@@ -36,7 +36,8 @@ from typing import Any, Sequence
 import numpy as np
 import xarray as xr
 
-from tolstat._base.util import NotEnoughData
+from tolstat._base.util import NotEnoughData, rows_by_code
+from tolstat.calibration.certificate import pool_ref
 from tolstat.calibration.certificate import GroupCertificate
 from tolstat.calibration.engine import CertifyOptions, CertifyResult, certify
 from tolstat.calibration.options import SelectOptions
@@ -78,11 +79,16 @@ def _engine_units(ds: xr.Dataset, cluster: str | None, codes: np.ndarray) -> tup
 
 def _op_names(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray) -> tuple[list[str], np.ndarray]:
     """The union of score statistics and a (runs, names) mask of those each group uses."""
+    rows = rows_by_code(codes, len(keys))
+    values: dict[str, np.ndarray] = {}
     per_group = []
     for gi, key in enumerate(keys):
-        sel = codes == gi
-        names = [n for n in score_statistic_names(key[0]) if n in ds
-                 and not np.isnan(np.asarray(ds[n].values, dtype=np.float64)[sel]).all()]
+        names = []
+        for n in score_statistic_names(key[0]):
+            if n in ds and n not in values:
+                values[n] = np.asarray(ds[n].values, dtype=np.float64)
+            if n in ds and not np.isnan(values[n][rows[gi]]).all():
+                names.append(n)
         per_group.append(names)
     union = list(dict.fromkeys(n for names in per_group for n in names))
     if not union:
@@ -90,7 +96,7 @@ def _op_names(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray
                          "(collect / from_pairs with options=CollectOptions(magnitude=...))")
     use = np.zeros((codes.size, len(union)), dtype=bool)
     for gi, names in enumerate(per_group):
-        use[np.ix_(codes == gi, [union.index(n) for n in names])] = True
+        use[np.ix_(rows[gi], [union.index(n) for n in names])] = True
     return union, use
 
 
@@ -122,10 +128,9 @@ def _operator(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray
                                             on_refusal="record",
                                             options=dataclasses.replace(opts, pool_normalisers="shared")))
     rowwise = {}
-    for gi, key in enumerate(keys):
-        sel = codes == gi
-        rowwise[_label(key)] = bool("op_row_rms_max" in ds
-                                    and not np.isnan(np.asarray(ds["op_row_rms_max"].values)[sel]).all())
+    row_rms = np.asarray(ds["op_row_rms_max"].values, dtype=np.float64) if "op_row_rms_max" in ds else None
+    for key, sel in zip(keys, rows_by_code(codes, len(keys))):
+        rowwise[_label(key)] = bool(row_rms is not None and not np.isnan(row_rms[sel]).all())
     return res, rowwise, units
 
 
@@ -194,27 +199,36 @@ def _scale_forms(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndar
     scale, seed = options.scale, options.seed
     nmin = order_statistic_min_n(1.0 - a, g)
     labels, units = _engine_units(ds, cluster, codes)
-    scores, glab, clab, models = [], [], [], {}
-    for gi, key in enumerate(keys):
-        idx = np.flatnonzero(codes == gi)
+    models: dict[str, tuple[str, str, Any, int]] = {}
+    cal_rows: list[np.ndarray] = []
+    scores: list[np.ndarray | None] = []
+    free: dict[Any, list[int]] = {}  # fit-free groups per dtype: scored together, in one pass
+    for gi, (key, idx) in enumerate(zip(keys, rows_by_code(codes, len(keys)))):
         names, inv = np.unique(units.ids[idx], return_inverse=True)
         iA, _ = split_units(names.size, _n_fit(names.size, nmin), seed)
         inA = np.isin(inv, iA)
-        fit, cal = ds.isel(run=idx[inA]), ds.isel(run=idx[~inA])
-        if fit.sizes["run"]:
+        cal_rows.append(idx[~inA])
+        if inA.any():
+            fit, cal = ds.isel(run=idx[inA]), ds.isel(run=idx[~inA])
             fname, why = _pick_form(fit, scale, seed) if form == "auto" else (form, f"{form}: requested")
             model = scale.fit(fit, fname, seed=seed)
             why += f"; fitted on {iA.size} units not used for the threshold"
+            scores.append(run_values(cal, "max_score", model))
         else:
             fname, model = "fit_free", ScaleModel.fit_free(key[1])
             why = (f"fit_free: {names.size} units, too few to fit a scale and keep {nmin} for the order statistic "
                    "(or for pooling); eps * (|ref| + ref_rms) needs no fitting run, so every unit certifies")
+            free.setdefault(key[1], []).append(gi)
+            scores.append(None)
         models[_label(key)] = (fname, why, model, int(inA.sum()))
-        scores.append(run_values(cal, "max_score", model))
-        glab += [_label(key)] * cal.sizes["run"]
-        if labels is not None:
-            clab += list(labels[idx[~inA]])
-    res = certify({"max_score": np.concatenate(scores)}, np.array(glab, dtype=object),
+    for dt, gis in free.items():
+        rows = np.concatenate([cal_rows[gi] for gi in gis])
+        vals = run_values(ds.isel(run=rows), "max_score", ScaleModel.fit_free(dt))
+        for gi, part in zip(gis, np.split(vals, np.cumsum([cal_rows[gi].size for gi in gis])[:-1])):
+            scores[gi] = part
+    glab = np.repeat(np.array([_label(k) for k in keys], dtype=object), [r.size for r in cal_rows])
+    clab = list(labels[np.concatenate(cal_rows)]) if labels is not None and cal_rows else []
+    res = certify({"max_score": np.concatenate(scores)}, glab,
                   fp_budget=a, confidence=g, cluster=np.array(clab) if labels is not None else None,
                   on_refusal="record", options=_certify_options(options, 0.9, keys, operator=False))
     return res, models, units
@@ -234,17 +248,40 @@ def _units_record(units: RunUnits, sel: np.ndarray) -> dict[str, Any]:
     return {"n_runs": int(ids.size), "n_units": int(np.unique(ids).size), "by": units.by}
 
 
-def _certificate(c: GroupCertificate | None, exc: NotEnoughData | None, form: str, why: str) -> dict[str, Any]:
+def _certificate(c: GroupCertificate | None, exc: NotEnoughData | None, form: str, why: str,
+                 refs: dict[int, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"form": form, "form_reason": why}
     if c is None:
         out.update(method="refused", guarantee="none: the group was refused", reason=str(exc),
                    n_needed=int(getattr(exc, "n_needed", 0) or 0))
         return out
     out.update(method=c.method, guarantee=c.guarantee, reason=c.reason, normalisers=dict(c.normalisers),
-               floor=c.floor, pool=list(c.pool), pool_p=c.pool_p if math.isfinite(c.pool_p) else None,
+               floor=c.floor, pool=pool_ref(c.pool, refs) if c.pool else [],
+               pool_p=c.pool_p if math.isfinite(c.pool_p) else None,
                flags=list(c.flags), n_runs=c.n_runs, n_units=c.n_units, n_clusters=c.n_clusters,
                n_duplicates=c.n_duplicates, n_fit=c.n_fit, n_cal=c.n_cal, rank=c.rank, n_scores=c.n_scores)
     return out
+
+
+def _record_pool_members(groups: list[dict[str, Any]], res: CertifyResult, refs: dict[int, Any]) -> None:
+    """Add to each group's certificate the pools it lent its scores to (``member_of``).
+
+    A pooled group's certificate names its pool by :func:`pool_ref` (an id and a size)
+    rather than listing the members: listing them in every pooled group made a table of
+    ``G`` pooled groups ``O(G^2)`` in size (1,000 groups of 30 runs: 1 million names).
+    The members instead carry the id, so the pool is recorded once, in ``O(G)``
+    (:meth:`tolstat.ToleranceTable.pool_members` lists it)."""
+    by_label = {_label((g["op"], g["dtype"], g["hardware"])): g for g in groups}
+    seen: set[int] = set()
+    for c in res.groups.values():
+        if not c.pool or id(c.pool) in seen:
+            continue
+        seen.add(id(c.pool))
+        ref = pool_ref(c.pool, refs)["id"]
+        for m in c.pool:
+            cert = by_label[m]["certificate"]
+            if ref not in cert.setdefault("member_of", []):
+                cert["member_of"].append(ref)
 
 
 def _plain(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray, a: float, g: float, *,
@@ -291,29 +328,32 @@ def certified_groups(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.
     # how the operator statistics' magnitudes were obtained (tolstat.dataset.records.magnitude_convention)
     magnitude = str(ds["op_max"].attrs.get("magnitude", "unknown")) if "op_max" in ds else "unknown"
     groups = []
+    refs: dict[int, Any] = {}  # pool_ref of each pool object, computed once
+    rows = rows_by_code(codes, len(keys))
     for gi, key in enumerate(keys):
         lab = _label(key)
         c, exc = res.groups.get(lab), res.refused.get(lab)
         entry: dict[str, Any] = {"op": key[0], "dtype": key[1], "hardware": key[2],
-                                 "n": int((codes == gi).sum()), "n_inexact": 0, "scale": None}
+                                 "n": int(rows[gi].size), "n_inexact": 0, "scale": None}
         if operator:
             why = "operator: requested" if form == "operator" else "operator: " + _OP_REASON
-            cert = _certificate(c, exc, "operator", why)
+            cert = _certificate(c, exc, "operator", why, refs)
             cert.update(rowwise=rowwise[lab], needs_magnitude=True, covariates=["K"] if need_k else [],
                         cluster=cluster, magnitude=magnitude)
         elif form is None:
-            cert = _certificate(c, exc, "plain", f"plain: the statistic {statistic} as it is (form=None)")
+            cert = _certificate(c, exc, "plain", f"plain: the statistic {statistic} as it is (form=None)", refs)
             cert.update(cluster=cluster)
         else:
             fname, why, model, n_fit = models[lab]
-            cert = _certificate(c, exc, fname, why)
+            cert = _certificate(c, exc, fname, why, refs)
             cert.update(n_fit=n_fit, cluster=cluster)
             entry["scale"] = model.to_dict()
         entry["statistics"] = {name: _stat_entry(c, exc, a, g)}
-        cert["units"] = _units_record(units, codes == gi)
+        cert["units"] = _units_record(units, rows[gi])
         if c is None and cert["units"]["n_units"] < cert["units"]["n_runs"]:
             cert["reason"] += (f" ({cert['units']['n_runs']} runs are {cert['units']['n_units']} independent units: "
                                f"runs that share a {cert['units']['by']} count once; more distinct inputs are needed)")
         entry["certificate"] = cert
         groups.append(entry)
+    _record_pool_members(groups, res, refs)
     return groups, name

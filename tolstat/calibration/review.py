@@ -230,7 +230,9 @@ def _certificate_lines(table: Any) -> list[str]:
         c = json.loads(cj)
         if not c.get("guarantee"):
             continue  # the tolstat.calibration.bounds path (bias, conformal, evt): its lines say it all
-        pool = f", pooled with {len(c['pool'])} groups" if c.get("pool") else ""
+        pv = c.get("pool")
+        n_pool = pv.get("size", 0) if isinstance(pv, dict) else len(pv or [])
+        pool = f", pooled with {n_pool} groups" if n_pool else ""
         flags = f", flags {', '.join(c['flags'])}" if c.get("flags") else ""
         out.append(f"({op}, {dt}, {hw}): form {c['form']} ({c.get('form_reason', '')}); {c.get('method')}{pool}{flags}")
         uu = user_units(table, i)

@@ -37,7 +37,7 @@ import numpy as np
 import xarray as xr
 
 from tolstat._base import validate as _validate
-from tolstat._base.util import ANY, GROUP_DIMS, group_rows
+from tolstat._base.util import ANY, GROUP_DIMS, group_rows, rows_by_code
 from tolstat._base.validate import unit_interval as _unit
 from tolstat._version import __version__
 from tolstat.calibration.bounds import (
@@ -286,8 +286,8 @@ def select(
         plan = dataclasses.replace(plan, names=[name], a_each=plan.a, g_each=plan.g)
     else:
         units = run_units(ds, cluster, groups=inv).ids
-        groups = [_select_group(ds.isel(run=np.flatnonzero(inv == gi)), key, plan, o.scale, o.tail, o.seed,
-                                units[inv == gi]) for gi, key in enumerate(keys)]
+        groups = [_select_group(ds.isel(run=idx), key, plan, o.scale, o.tail, o.seed, units[idx])
+                  for key, idx in zip(keys, rows_by_code(inv, len(keys)))]
     settings = {"fp_budget": plan.a, "confidence": plan.g, "method": o.method, "statistic": plan.requested,
                 "form": form, "by": list(plan.by), "budget_split": o.budget_split, "seed": o.seed,
                 "cluster": cluster, "pooling": o.pooling, "tail": o.tail.to_dict(), "scale": o.scale.to_dict()}

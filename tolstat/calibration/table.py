@@ -405,6 +405,37 @@ class ToleranceTable:
             lines.append(f"  ... {len(self) - 20} more")
         return "\n".join(lines)
 
+    def pool_members(self, pool: Any) -> list[tuple[str, str, str]]:
+        """The groups whose scores a pooled group borrowed.
+
+        Parameters
+        ----------
+        pool : str or mapping
+            A pool id (``"pool:<hex>"``) or a certificate's ``pool`` field
+            (``entry.certificate["pool"]``: ``{"id", "size"}``, or the list of member
+            labels of tables written before pools were referenced).
+
+        Returns
+        -------
+        list of (op, dtype, hardware)
+            The member groups of this table, in table order: those whose certificate
+            lists the pool under ``member_of`` (each pool is recorded once per member,
+            so the table is linear in its groups).
+        """
+        if isinstance(pool, list):  # an old table's inline list of labels "(op, dtype, hardware)"
+            wanted = set(map(str, pool))
+            return [k for k in self._cols().groups if "(" + ", ".join(k) + ")" in wanted]
+        pid = pool.get("id") if isinstance(pool, Mapping) else pool
+        if not (isinstance(pid, str) and pid.startswith("pool:")):
+            raise ValueError(f"pool must be a pool id 'pool:<hex>' or a certificate's pool field, got {pool!r}")
+        c = self._cols()
+        out = []
+        for i, k in enumerate(c.groups):
+            cj = c.text("certificate_json", i)
+            if cj and pid in cj and pid in json.loads(cj).get("member_of", []):
+                out.append(k)
+        return out
+
     # ---- lookup
     def _find(self, op: str, dtype: str, hardware: str | None) -> tuple[int, str] | None:
         c = self._cols()

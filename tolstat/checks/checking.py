@@ -495,8 +495,7 @@ def check_runs(errors: Any, table: ToleranceTable, *, hardware_policy: str | Non
     ds = validate(errors)
     groups = group_rows([np.asarray(ds[k].values).astype(str) for k in ("op", "dtype", "hardware")])
     passed = np.ones(ds.sizes["run"], dtype=bool)
-    for j, (op, dt, hw) in enumerate(groups.keys()):
-        idx = np.flatnonzero(groups.codes == j)
+    for (op, dt, hw), idx in zip(groups.keys(), groups.rows()):
         ent = cached_entry(table, str(op), str(dt), str(hw), hardware_policy=hardware_policy)
         sub = ds.isel(run=idx) if idx.size != ds.sizes["run"] else ds
         passed[idx] = ~entry_failed_runs(sub, ent)
