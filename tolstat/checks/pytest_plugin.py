@@ -13,8 +13,14 @@ Options (command line, or ``[tool.tolstat]`` in the rootdir's ``pyproject.toml``
 ``--tolstat-record PATH``
     Record the errors that *passing* checks saw into an error dataset (``.nc`` or
     ``.zarr``), written at the end of the session, for recalibration
-    (:func:`tolstat.dataset.merge_records`). Checked at startup (folder exists, suffix). Under
-    pytest-xdist every worker writes a part file and the controller merges all parts.
+    (:func:`tolstat.dataset.merge_records`). Checked at startup (folder exists, suffix).
+    Every record is appended to a part file (in a hidden folder next to the record path)
+    as soon as its check passes; at the end the parts are merged into the record file
+    (one atomic write) and removed. Under pytest-xdist every worker writes its own part,
+    so a worker that crashes keeps what it recorded; the summary names the parts that
+    could not be read. Interrupted (Ctrl-C) while merging, the session leaves either the
+    complete record file or the parts folder, with the command that merges it
+    (:func:`merge_parts`, ``tolstat merge-parts PARTS RECORD``).
     Without a table, checks only record (calibration mode) and always pass.
 ``--tolstat-hardware LABEL``
     Hardware label for lookups and records (default: :func:`tolstat.dataset.hardware_fingerprint`).
@@ -49,8 +55,8 @@ Fixtures and marker
 from __future__ import annotations
 
 import json
-import math
 import os
+import sys
 import tomllib
 import uuid
 import zlib
@@ -59,7 +65,11 @@ from typing import Any, Mapping
 
 import pytest
 
-__all__ = ["pytest_addoption", "pytest_configure", "TolstatSession", "suite_table"]
+from tolstat.checks.record_parts import (_PART_FORMAT, _PART_SUFFIX, _PART_VERSION, PartsMerge, _frame, _merge,
+                                         _merge_command, _new_parts_folder, _record_frame, _remove_parts,
+                                         merge_parts)
+
+__all__ = ["pytest_addoption", "pytest_configure", "TolstatSession", "suite_table", "merge_parts", "PartsMerge"]
 
 _KEY = pytest.StashKey["TolstatSession"]()
 _MARKER = ("tolstat(op=None, dtype=None, covariates=None, hardware=None): the table group of the test's "
@@ -155,7 +165,16 @@ def suite_table(table: Any, suite_budget: float, n_checks: int) -> Any:
 
 
 class TolstatSession:
-    """Per-session state: settings, the table, the hardware label and recorded runs."""
+    """Per-session state: settings, the table, the hardware label and recorded runs.
+
+    Recorded runs go to this process's part file as each check passes (:meth:`record`);
+    ``records`` holds runs given directly, written with the parts by :meth:`write`.
+    """
+
+    # class-level defaults of the recording state (also for a session made without __init__)
+    _part_fd: int | None = None
+    _part_path: Path | None = None
+    merged: PartsMerge | None = None
 
     def __init__(self, config: pytest.Config):
         from tolstat.calibration.hwpolicy import DEFAULT_POLICY, check_policy
@@ -201,6 +220,8 @@ class TolstatSession:
         self._counts: dict[str, int] = {}
         self._hw: tuple[str, str] | None = None
         self.records: list[Any] = []
+        self.n_recorded = 0
+        self.summary: list[str] = []
         if self.table_path is not None:
             self.base_table = self.table = self._load()
 
@@ -273,63 +294,65 @@ class TolstatSession:
         k = self._counts.get(nodeid, 0)
         self._counts[nodeid] = k + 1
         rec = summarize_run(
-            m, op=op, hardware=hw, platform=plat, seed=-1, run_index=len(self.records), labels={"test": nodeid},
+            m, op=op, hardware=hw, platform=plat, seed=-1, run_index=self.n_recorded, labels={"test": nodeid},
             covariates=cov, rng=np.random.default_rng([zlib.crc32(nodeid.encode()), k]),
         )
         rec.op_stats, rec.op_rowwise = op_stats, rowwise
         rec.op_magnitude = "ops" if op_stats else None
         # the same test with the same inputs on another CI run is the same unit, not a new draw
         rec.ref_fingerprint = reference_fingerprint(as_array(expected, name="expected"))
-        self.records.append(rec)
+        self._append(rec)
+        self.n_recorded += 1
 
-    def _dataset(self) -> Any:
-        from tolstat.dataset.merge import merge_records
-        from tolstat.dataset.records import build_dataset
+    def _write_bytes(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:  # one write for a record of usual size; a crash between writes leaves a torn frame
+            n = os.write(self._part_fd, view)  # type: ignore[arg-type]
+            view = view[n:]
 
-        names = sorted({k for r in self.records for k in r.covariates})
-        for r in self.records:  # every run needs the same covariates: NaN where a test gave none
-            for k in names:
-                r.covariates.setdefault(k, math.nan)
-        # runs with the same operator statistics (none, or those of one op) build one dataset;
-        # several are merged, each run keeping its own (NaN where it has none)
-        parts: dict[tuple[Any, ...], list[Any]] = {}
-        for r in self.records:
-            parts.setdefault((tuple(r.op_stats), r.op_rowwise), []).append(r)
-        prov = {"created_by": "tolstat.checks.pytest_plugin", "worker": self.worker or "main"}
-        dss = [build_dataset(rs, provenance=prov) for rs in parts.values()]
-        return dss[0] if len(dss) == 1 else merge_records(dss, dedupe=False)
+    def _append(self, rec: Any) -> None:
+        """Append one record to this process's part file (opened at the first record).
 
-    def write_part(self) -> None:
-        """xdist worker: write this worker's records to the controller's parts folder."""
-        from tolstat.dataset.io import save
-
-        if self.records and self.parts_dir:
-            save(self._dataset(), Path(self.parts_dir) / f"{self.worker}.nc")
-
-    def write(self) -> tuple[Path, int] | None:
-        """Controller / single process: merge the parts and own records, write the record file."""
-        from tolstat.dataset.io import open_errors, save
-        from tolstat.dataset.merge import merge_records
-
-        dss = [self._dataset()] if self.records else []
-        parts = sorted(p for p in Path(self.parts_dir).glob("*.nc")  # not temporaries of killed workers
-                       if not p.name.startswith(".")) if self.parts_dir else []
-        opened = [open_errors(p).load() for p in parts]
-        dss += opened
-        out = None
-        if dss:
-            ds = merge_records(dss, dedupe=False) if len(dss) > 1 else dss[0]
-            out = save(ds, self.record_path), int(ds.sizes["run"])
-        for d in opened:
-            d.close()
-        for p in parts:
-            p.unlink()
-        if self.parts_dir:
+        Each record goes to the OS at once (one unbuffered write of one frame), so a process
+        that crashes or is killed later keeps every record it completed.
+        """
+        if self._part_fd is None:
+            if not self.parts_dir:  # single process: its own parts folder
+                self.parts_dir = str(_new_parts_folder(self.record_path))
+            who = self.worker or "main"
+            self._part_path = Path(self.parts_dir) / f"{who}-{os.getpid()}-{uuid.uuid4().hex[:6]}{_PART_SUFFIX}"
             try:
-                Path(self.parts_dir).rmdir()
-            except OSError:
-                pass
-        return out
+                self._part_fd = os.open(self._part_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+            except OSError as exc:
+                raise OSError(f"tolstat: cannot create the record part {str(self._part_path)!r} for "
+                              f"--tolstat-record {self.record_path!r}: {exc}") from exc
+            self._write_bytes(json.dumps({"format": _PART_FORMAT, "version": _PART_VERSION, "worker": who,
+                                         "pid": os.getpid()}).encode() + b"\n")
+        self._write_bytes(_record_frame(rec))
+
+    def close_part(self) -> None:
+        """Mark this process's part file finished (an end frame) and close it."""
+        if self._part_fd is not None:
+            try:
+                self._write_bytes(_frame({"end": self.n_recorded}))
+            finally:
+                os.close(self._part_fd)
+                self._part_fd = None
+
+    def write(self) -> PartsMerge | None:
+        """Controller / single process: merge ``records`` and every part into the record file.
+
+        The record file is written atomically; ``self.merged`` is set once it is complete,
+        and only then are the merged parts removed. Returns ``None`` when there is nothing
+        to merge.
+        """
+        self.close_part()
+        parts = Path(self.parts_dir) if self.parts_dir else None
+        if not self.records and (parts is None or not parts.is_dir()):
+            return None
+        self.merged = _merge(parts, self.record_path, self.records)
+        _remove_parts(self.merged)
+        return self.merged
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -339,9 +362,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_KEY] = st
     distributed = getattr(config.option, "dist", "no") != "no" or bool(getattr(config.option, "numprocesses", None))
     if st.record_path and st.worker is None and distributed and config.pluginmanager.hasplugin("xdist"):
-        p = Path(st.record_path).resolve()
-        st.parts_dir = str(p.parent / f".{p.name}.parts-{uuid.uuid4().hex[:8]}")
-        os.makedirs(st.parts_dir)
+        st.parts_dir = str(_new_parts_folder(st.record_path))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -383,21 +404,51 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
     if st.worker is not None:
         if st.record_path:
-            st.write_part()
+            st.close_part()
         if hasattr(session.config, "workeroutput"):  # sent to the controller (pytest_testnodedown)
             session.config.workeroutput["tolstat_checks"] = st.n_checks
             session.config.workeroutput["tolstat_n_suite"] = st.n_suite
         return
     if st.record_path:
-        out = st.write()
-        if out is not None and tr is not None:
-            tr.write_line(f"tolstat: recorded {out[1]} passing check(s) to {out[0]}")
+        _write_records(session, st)
+        if tr is None:  # no terminal summary (-p no:terminal): the report goes to stderr
+            for line in st.summary:
+                print(line, file=sys.stderr)
     if st.n_suite is not None and st.n_checks > st.n_suite:
         if tr is not None:
             tr.write_line(f"tolstat: {st.n_checks} checks ran but the suite budget {st.suite_budget:g} was split "
                           f"over {st.n_suite}: the suite-level promise does not hold; set [tool.tolstat] "
                           f"suite_checks >= {st.n_checks}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _write_records(session: pytest.Session, st: TolstatSession) -> None:
+    """Merge the parts into the record file; on Ctrl-C, say what is left and how to merge it."""
+    try:
+        res = st.write()
+    except KeyboardInterrupt:
+        session.exitstatus = pytest.ExitCode.INTERRUPTED
+        if st.merged is not None:  # the record file is complete; only removing the parts was cut short
+            st.summary += st.merged.lines()
+            st.summary.append(f"tolstat: interrupted while removing the merged parts: the record file is "
+                              f"complete; the parts folder {st.parts_dir} is left over and can be deleted")
+        elif st.parts_dir and Path(st.parts_dir).is_dir():
+            st.summary.append(f"tolstat: interrupted while merging the records: {st.record_path} was not "
+                              f"written; every record is kept in {st.parts_dir}; merge them with "
+                              f"`{_merge_command(st.parts_dir, st.record_path)}`")
+        else:
+            st.summary.append(f"tolstat: interrupted while writing the records: {st.record_path} was not written")
+        return
+    if res is not None:
+        st.summary += res.lines()
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Report what was recorded (records merged, parts that could not be read)."""
+    st = config.stash.get(_KEY, None)
+    if st is not None and st.worker is None:
+        for line in st.summary:
+            terminalreporter.write_line(line, red=("could not" in line or "interrupted" in line))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -430,6 +481,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             out.append(f"tolstat: suite budget {st.suite_budget:g}, split over the checks after collection")
     if st.record_path:
         out.append(f"tolstat: recording passing checks to {st.record_path}")
+        if st.worker is None:
+            rec = Path(st.record_path).resolve()
+            own = Path(st.parts_dir).resolve() if st.parts_dir else None
+            for d in sorted(rec.parent.glob(f".{rec.name}.parts-*")):
+                if d.is_dir() and d.resolve() != own:
+                    out.append(f"tolstat: {d} holds records of an earlier session that were not merged (or of "
+                               f"one still running); merge them with `{_merge_command(d, rec)}`")
     return out
 
 

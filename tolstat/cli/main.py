@@ -209,6 +209,19 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_merge_parts(args: argparse.Namespace) -> int:
+    from tolstat.checks.record_parts import merge_parts
+
+    try:
+        res = merge_parts(args.parts, args.record, remove=not args.keep)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for line in res.lines():
+        print(line)
+    return 1 if res.unreadable else 0
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     from tolstat import load_table
     from tolstat.calibration.review import show_table
@@ -449,6 +462,12 @@ def _add_table_commands(sub: Any) -> None:
     m.add_argument("-o", "--output", required=True, type=_suffix("path", (".nc", ".zarr")), help=".nc or .zarr")
     m.add_argument("--keep-duplicates", action="store_true", help="keep repeated identical records")
     m.set_defaults(func=_cmd_merge)
+    mp = sub.add_parser("merge-parts", help="merge the record parts that a pytest session with --tolstat-record "
+                        "left behind (interrupted or killed) into the record file")
+    mp.add_argument("parts", help="the parts folder (.<record name>.parts-<id>, next to the record path)")
+    mp.add_argument("record", type=_suffix("record", (".nc", ".zarr")), help="the record file to write (.nc or .zarr)")
+    mp.add_argument("--keep", action="store_true", help="keep the parts after merging")
+    mp.set_defaults(func=_cmd_merge_parts)
     w = sub.add_parser("show", help="list a tolerance table per group (thresholds also as atol/rtol)")
     w.add_argument("table", help="TABLE.json or .nc")
     w.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
