@@ -68,8 +68,10 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_summary(args: argparse.Namespace) -> int:
     from tolstat import open_errors
+    from tolstat.dataset.io import describe_storage, storage_info
 
     print(summary_table(open_errors(args.errors)))
+    print(describe_storage(storage_info(args.errors)))  # the file's size and what it keeps
     return 0
 
 
@@ -510,7 +512,8 @@ def _add_report_commands(sub: Any) -> None:
     t.add_argument("-o", "--output", help="write the report as JSON")
     t.set_defaults(func=_cmd_shift)
     _one_line_error(t)
-    s = sub.add_parser("summary", help="summarise an error dataset per (op, dtype, hardware)")
+    s = sub.add_parser("summary", help="summarise an error dataset per (op, dtype, hardware), with its "
+                                       "size on disk and what it keeps")
     s.add_argument("errors")
     s.set_defaults(func=_cmd_summary)
     from tolstat.cli.compare import add_cli as _add_compare  # tolstat compare

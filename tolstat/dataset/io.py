@@ -1,4 +1,12 @@
-"""Save and open error datasets (netCDF or zarr, chosen by extension), atomically."""
+"""Save and open error datasets (netCDF or zarr, chosen by extension), atomically.
+
+:func:`save` writes losslessly compressed files (netCDF: zlib with byte shuffle on every
+numeric variable; zarr: its default Blosc compressor) and stores an element-sample
+variable as float32 when every value round-trips through float32 exactly (the ULP
+distances: integers); :func:`open_errors` reads such a variable back as float64, so the
+values a consumer sees are bit for bit those saved. :func:`storage_info` (and the
+``tolstat summary`` command) says what a file keeps and how it is stored.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +18,15 @@ import numpy as np
 import xarray as xr
 
 from tolstat._base.util import atomic_write
-from tolstat.dataset.schema import GROUP_DIMS, normalize_labels, validate
+from tolstat.dataset.schema import GROUP_DIMS, SAMPLE_VARS, normalize_labels, validate
 
-__all__ = ["save", "open_errors", "format_for"]
+__all__ = ["save", "open_errors", "format_for", "default_encoding", "storage_info", "describe_storage",
+           "NETCDF_COMPRESSION"]
+
+#: the lossless compression :func:`save` gives every numeric variable of a netCDF file
+#: (zlib level 1 with byte shuffle: on 2,400 runs of 4,096 elements about as small as
+#: level 4 at half the write time, ``docs/schema.md``)
+NETCDF_COMPRESSION: dict[str, Any] = {"zlib": True, "complevel": 1, "shuffle": True}
 
 _NETCDF = (".nc", ".nc4", ".netcdf", ".h5", ".hdf5")
 _ZARR = (".zarr",)
@@ -71,7 +85,12 @@ def save(ds: xr.Dataset, path: str | os.PathLike[str], *, encoding: Mapping[str,
         Destination; ``.nc``/``.nc4``/``.h5`` write netCDF-4 (h5netcdf), ``.zarr`` a zarr
         store (a directory).
     encoding : dict, optional
-        Per-variable encoding passed to xarray (compression, chunks).
+        Per-variable encoding passed to xarray (compression, chunks, dtype). A variable
+        named here is written with exactly this encoding; the others get the defaults
+        (:func:`default_encoding`): netCDF compresses every numeric variable with
+        :data:`NETCDF_COMPRESSION`, zarr with its default compressor, and an
+        element-sample variable whose values are all exact in float32 is stored as
+        float32. Every default is lossless.
 
     Returns
     -------
@@ -94,6 +113,13 @@ def save(ds: xr.Dataset, path: str | os.PathLike[str], *, encoding: Mapping[str,
     dest = Path(path)
     fmt = format_for(dest)
     ds = normalize_labels(validate(_plain(ds), deep=False))
+    if encoding is not None and not isinstance(encoding, Mapping):
+        raise TypeError(f"encoding must be a mapping {{variable: encoding}} or None, got {type(encoding).__name__}")
+    enc = default_encoding(ds, fmt)
+    for key, value in dict(encoding or {}).items():
+        if not isinstance(value, Mapping):
+            raise TypeError(f"encoding[{key!r}] must be a mapping of encoding keys, got {type(value).__name__}")
+        enc[str(key)] = dict(value)
     if dest.is_dir() and not dest.is_symlink() and fmt == "netcdf":
         raise ValueError(f"{os.fspath(dest)!r} is a directory; a netCDF dataset is a file")
     if not dest.parent.exists():
@@ -101,14 +127,152 @@ def save(ds: xr.Dataset, path: str | os.PathLike[str], *, encoding: Mapping[str,
 
     def write(tmp: Path) -> None:
         if fmt == "netcdf":
-            ds.to_netcdf(tmp, engine="h5netcdf", encoding=dict(encoding or {}))
+            ds.to_netcdf(tmp, engine="h5netcdf", encoding=enc)
             with open(tmp, "rb+") as fh:
                 os.fsync(fh.fileno())
         else:
-            ds.to_zarr(tmp, mode="w", encoding=dict(encoding or {}), consolidated=True,
+            ds.to_zarr(tmp, mode="w", encoding=enc, consolidated=True,
                        write_empty_chunks=True, zarr_format=2)
 
     return atomic_write(dest, write)
+
+
+def _exact_in_float32(var: xr.Variable) -> bool:
+    """True when ``var`` is in-memory float64 and every value round-trips through float32
+    exactly (NaN, signed zeros and infinities included); dask-backed data: False (the
+    check would read everything once more)."""
+    if var.dtype != np.float64 or var.chunks is not None:
+        return False
+    v = np.asarray(var.values)
+    with np.errstate(over="ignore", invalid="ignore"):
+        back = v.astype(np.float32).astype(np.float64)
+    same = (back == v) | (np.isnan(back) & np.isnan(v))
+    return bool(same.all() and np.array_equal(np.signbit(back), np.signbit(v)))
+
+
+def default_encoding(ds: xr.Dataset, fmt: str) -> dict[str, dict[str, Any]]:
+    """The lossless encodings :func:`save` writes ``ds`` with (``fmt``: ``"netcdf"`` or ``"zarr"``).
+
+    Every element-sample variable (:data:`~tolstat.dataset.schema.SAMPLE_VARS`) is stored
+    as float32 when all its values are exact in float32 (the ULP distances, which are
+    integers), else as float64 (the dtype recorded when a file was read is not reused:
+    the values decide). netCDF: every numeric data variable and coordinate is compressed
+    with :data:`NETCDF_COMPRESSION`; zarr keeps its default compressor (Blosc lz4 with
+    shuffle). A variable given an encoding here is written without the one recorded when
+    its file was read (its chunks included: the writer picks them).
+
+    Raises
+    ------
+    ValueError
+        ``fmt`` is neither ``"netcdf"`` nor ``"zarr"``.
+    """
+    if fmt not in ("netcdf", "zarr"):
+        raise ValueError(f"fmt must be 'netcdf' or 'zarr', got {fmt!r}")
+    enc: dict[str, dict[str, Any]] = {}
+    if fmt == "netcdf":
+        for name, var in ds.variables.items():
+            if var.dtype.kind in "fiub" and name not in ds.xindexes:
+                enc[str(name)] = dict(NETCDF_COMPRESSION)
+    for name in SAMPLE_VARS:
+        if name in ds.variables:
+            enc.setdefault(name, {})["dtype"] = "float32" if _exact_in_float32(ds[name].variable) else "float64"
+    return enc
+
+
+def _disk_size(path: Path) -> int:
+    """Bytes of a file, or of every file under a directory (a zarr store; links resolved)."""
+    p = path.resolve()
+    if p.is_file():
+        return p.stat().st_size
+    return sum((Path(root) / f).stat().st_size for root, _, files in os.walk(p) for f in files)
+
+
+def _compression(enc: Mapping[str, Any]) -> str:
+    """The compression of one variable as read from its encoding, in words."""
+    comps = enc.get("compressors") or ((enc["compressor"],) if enc.get("compressor") is not None else ())
+    if comps:
+        return "+".join(type(c).__name__ if not hasattr(c, "cname") else f"blosc-{c.cname}" for c in comps)
+    if enc.get("zlib"):
+        return f"zlib-{enc.get('complevel', '?')}" + ("+shuffle" if enc.get("shuffle") else "")
+    for key in ("zstd", "blosc", "bzip2", "szip"):
+        if enc.get(key):
+            return key
+    if enc.get("compression"):
+        return str(enc["compression"])
+    return "none"
+
+
+def storage_info(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What an error dataset file keeps and how it is stored (``tolstat summary`` prints it).
+
+    Parameters
+    ----------
+    path : str or path-like
+        A ``.nc`` file or ``.zarr`` store written by :func:`save` (or by an older tolstat).
+
+    Returns
+    -------
+    dict
+        ``path``, ``format``, ``bytes`` (on disk), ``runs``, ``sample`` (length of the
+        ``sample`` dimension), ``sample_per_run`` (min, median, max of ``n_sample``),
+        ``bytes_per_run``, ``variables`` (run-level data variables: statistics,
+        covariates, operator statistics), ``labels`` (run labels), and ``stored``:
+        per element-sample variable its on-disk ``dtype`` and ``compression``, plus
+        ``"run-level"``, the compressions of the other numeric variables.
+
+    Raises
+    ------
+    FileNotFoundError, ValueError
+        As :func:`open_errors`.
+    """
+    p = Path(path)
+    fmt = format_for(p)
+    if not p.exists():
+        raise FileNotFoundError(f"no error dataset at {os.fspath(p)!r}")
+    try:
+        raw = _read(p.resolve(), fmt, chunks=None, load=False)
+    except Exception as exc:
+        raise ValueError(f"cannot read {os.fspath(p)!r} as a {fmt} error dataset: {type(exc).__name__}: {exc}") from exc
+    try:
+        stored: dict[str, dict[str, str]] = {}
+        for name in SAMPLE_VARS:
+            if name in raw.variables:
+                var = raw[name]
+                stored[name] = {"dtype": str(np.dtype(var.encoding.get("dtype", var.dtype))),
+                                "compression": _compression(var.encoding)}
+        run_level = [v for k, v in raw.variables.items()
+                     if k not in SAMPLE_VARS and v.dtype.kind in "fiub" and "run" in v.dims]
+        stored["run-level"] = {
+            "dtype": "/".join(sorted({str(np.dtype(v.encoding.get("dtype", v.dtype))) for v in run_level})) or "none",
+            "compression": ", ".join(sorted({_compression(v.encoding) for v in run_level})) or "none"}
+        ns = np.asarray(raw["n_sample"].values) if "n_sample" in raw else np.zeros(0, dtype=np.int64)
+        runs = int(raw.sizes.get("run", 0))
+        size = _disk_size(p)
+        return {
+            "path": os.fspath(p), "format": fmt, "bytes": size, "runs": runs,
+            "sample": int(raw.sizes.get("sample", 0)),
+            "sample_per_run": (int(ns.min()), float(np.median(ns)), int(ns.max())) if ns.size else (0, 0.0, 0),
+            "bytes_per_run": size / runs if runs else float("nan"),
+            "variables": sum(1 for v in raw.data_vars.values() if v.dims == ("run",)),
+            "labels": sum(1 for k, v in raw.coords.items() if v.dims == ("run",) and k not in raw.xindexes),
+            "stored": stored,
+        }
+    finally:
+        raw.close()
+
+
+def describe_storage(info: Mapping[str, Any]) -> str:
+    """:func:`storage_info` as a few lines of text."""
+    lo, med, hi = info["sample_per_run"]
+    per_run = f"{lo}" if lo == hi else f"{lo}..{hi} (median {med:g})"
+    lines = [f"file: {info['path']} ({info['format']}), {info['bytes'] / 1e6:.2f} MB on disk, "
+             f"{info['runs']} runs, {info['bytes_per_run'] / 1e3:.2f} kB per run",
+             f"kept per run: {info['labels']} labels, {info['variables']} run-level variables (statistics, "
+             f"covariates, operator statistics), an element sample of {per_run} elements "
+             f"(sample dimension {info['sample']})"]
+    for name, s in info["stored"].items():
+        lines.append(f"  {name}: {s['dtype']}, compression {s['compression']}")
+    return "\n".join(lines)
 
 
 def _check_zarr_complete(path: Path) -> None:
@@ -198,12 +362,26 @@ class _Retired(Exception):
     """The version directory being read was retired by a concurrent save."""
 
 
-def _read(real: Path, fmt: str, chunks: Any) -> xr.Dataset:
+def _read(real: Path, fmt: str, chunks: Any, *, load: bool = True) -> xr.Dataset:
+    """Open one file; with ``load`` element-sample variables stored as float32 become
+    float64 again (exact: :func:`save` stores float32 only when lossless) and
+    ``chunks=None`` loads everything."""
     if fmt == "netcdf":
         ds = xr.open_dataset(real, engine="h5netcdf", chunks=chunks)
     else:
         _check_zarr_complete(real)
         ds = xr.open_dataset(real, engine="zarr", chunks=chunks, consolidated=None)
+    if not load:
+        return ds
+    wide = {}
+    for name in SAMPLE_VARS:
+        if name in ds.variables and ds[name].dtype == np.float32:
+            var = ds[name].variable
+            new = var.astype(np.float64)
+            new.attrs, new.encoding = dict(var.attrs), dict(var.encoding)
+            wide[name] = new
+    if wide:
+        ds = ds.assign(wide)
     if chunks is None:
         ds = ds.load()
         ds.close()
