@@ -80,3 +80,23 @@ def test_the_pool_tests_of_many_groups_do_not_rebuild_the_rest_for_each_member(m
     t = tolstat.select(_groups(30, runs=12, seed=1), fp_budget=0.05)
     assert t.entry("op0", "fp16").statistics["max_score"].method == "pooled_order_statistic"
     assert calls == [], f"{len(calls)} members tested against a rebuilt rest of the pool"
+
+
+def test_a_hardware_policy_lookup_reads_only_the_groups_of_its_op_and_dtype():
+    from tolstat.calibration.hwpolicy import resolve_group
+
+    groups = [(f"op{i}", "float16", f"gpu{j}") for i in range(50) for j in range(3)]
+
+    class NoScan(list):
+        def __iter__(self):
+            raise AssertionError("the lookup scanned every group of the table")
+
+    index = {k: i for i, k in enumerate(groups)}
+    by = {}
+    for k in groups:
+        by.setdefault(k[:2], []).append(k)
+    thr = [float(i % 7) for i in range(len(groups))]
+    for policy, want in (("nearest", "gpu0"), ("pooled", None)):
+        i, how = resolve_group(NoScan(groups), thr, "op7", "float16", "gpu9", policy, index=index, by_op_dtype=by)
+        assert groups[i][0] == "op7" and (want is None or groups[i][2] == want), how
+        assert (i, how) == resolve_group(groups, thr, "op7", "float16", "gpu9", policy)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 __all__ = ["HARDWARE_POLICIES", "DEFAULT_POLICY", "check_policy", "resolve_group", "machine_hardware",
            "hardware_mismatch"]
@@ -79,7 +79,9 @@ def _nearest(hardware: str, candidates: Sequence[str]) -> str:
 
 
 def resolve_group(groups: Sequence[tuple[str, str, str]], thresholds: Sequence[float], op: str, dtype: str,
-                  hardware: str, policy: str) -> tuple[int, str]:
+                  hardware: str, policy: str, *, index: Mapping[tuple[str, str, str], int] | None = None,
+                  by_op_dtype: Mapping[tuple[str, str], Sequence[tuple[str, str, str]]] | None = None,
+                  ) -> tuple[int, str]:
     """Index of the group a check of (op, dtype) on ``hardware`` uses, and how it was found.
 
     Parameters
@@ -92,6 +94,10 @@ def resolve_group(groups: Sequence[tuple[str, str, str]], thresholds: Sequence[f
         What is checked, and where (``dtype`` canonical).
     policy : str
         One of :data:`HARDWARE_POLICIES`.
+    index, by_op_dtype : mapping, optional
+        The groups' positions and the groups of each (op, dtype), when the caller keeps
+        them (a table does): a lookup then costs the groups of one (op, dtype), not a
+        pass over all groups.
 
     Returns
     -------
@@ -107,7 +113,12 @@ def resolve_group(groups: Sequence[tuple[str, str, str]], thresholds: Sequence[f
         hardware the table was calibrated on.
     """
     check_policy(policy)
-    idx = {k: i for i, k in enumerate(groups)}
+    idx = {k: i for i, k in enumerate(groups)} if index is None else index
+    if by_op_dtype is None:
+        by: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+        for k in groups:
+            by.setdefault((k[0], k[1]), []).append(k)
+        by_op_dtype = by
     for o, tag in ((op, ""), (ANY, "default op, ")):
         if (o, dtype, hardware) in idx:
             return idx[(o, dtype, hardware)], tag + "exact"
@@ -115,7 +126,7 @@ def resolve_group(groups: Sequence[tuple[str, str, str]], thresholds: Sequence[f
             continue
         if (o, dtype, ANY) in idx:
             return idx[(o, dtype, ANY)], tag + "any hardware"
-        cands = [k[2] for k in groups if k[0] == o and k[1] == dtype and k[2] != ANY]
+        cands = [k[2] for k in by_op_dtype.get((o, dtype), ()) if k[2] != ANY]
         if not cands or policy == "error":
             continue
         if policy == "pooled":

@@ -484,7 +484,8 @@ class ToleranceTable:
 
             hw = str(hardware) if hardware is not None else hwpolicy.machine_hardware()
             c = self._cols()
-            hit = hwpolicy.resolve_group(c.groups, c.arrays["threshold"][:, 0], str(op), dt, hw, hardware_policy)
+            hit = hwpolicy.resolve_group(c.groups, c.arrays["threshold"][:, 0], str(op), dt, hw, hardware_policy,
+                                         index=c.index, by_op_dtype=c.by_op_dtype)
             hardware = hw
         else:
             hit = self._find(str(op), dt, None if hardware is None else str(hardware))
