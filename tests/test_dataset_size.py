@@ -133,6 +133,11 @@ def _check_lossless(ds: xr.Dataset, tmp_path: Path, budget: float, forms: tuple[
         reopened_new, reopened_old = tolstat.open_errors(new), tolstat.open_errors(old)
         _same_values(ds, reopened_new)
         _same_values(reopened_old, reopened_new)
+        if ext == ".nc":  # compress=False: uncompressed and as exact
+            fast = tolstat.save(ds, tmp_path / "fast.nc", compress=False)
+            assert storage_info(fast)["stored"]["sample_abs"]["compression"] == "none"
+            assert storage_info(fast)["bytes"] > 2 * sizes[ext][0]
+            _same_values(ds, tolstat.open_errors(fast))
     # same numbers in, same table out: exact equality of the whole table, every form
     reopened_new, reopened_old = tolstat.open_errors(tmp_path / "new.nc"), tolstat.open_errors(tmp_path / "old.nc")
     for form in forms:
