@@ -10,4 +10,5 @@ standard wrong outputs and the smallest detectable errors, beside the peers' rul
 from tolstat._base.lazy import namespace as _namespace
 
 __getattr__, __dir__ = _namespace(
-    __name__, ("rules", "folds", "comparison", "hwshift", "corpus_runs", "evaluation", "methods", "power"))
+    __name__, ("rules", "folds", "comparison", "hwshift", "corpus_runs", "evaluation", "methods", "power",
+               "gpu_transfer"))

@@ -329,10 +329,28 @@ def _suffix(name: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
 
 def _cmd_shift(args: argparse.Namespace) -> int:
     from tolstat import open_errors, shift
+    from tolstat.assess import gpu_transfer
 
-    res = shift(open_errors(args.a), open_errors(args.b), fp_budget=args.fp_budget,
-                confidence=args.confidence, form=None if args.form == "none" else args.form)
+    if args.fp8_emulated:  # the shipped dataset: A and B are two of its hardware labels
+        if args.a or args.b:
+            raise ValueError("--fp8-emulated takes no error datasets A and B (it uses the shipped dataset); "
+                             f"got {[x for x in (args.a, args.b) if x]}")
+        ds = gpu_transfer.open_dataset()
+        a, b = gpu_transfer.shift_pair(ds, args.hardware_a or gpu_transfer.H100,
+                                       args.hardware_b or gpu_transfer.RTX4060)
+    elif not (args.a and args.b):
+        raise ValueError("shift needs two error datasets A and B (or --fp8-emulated for the shipped one)")
+    else:
+        a, b = open_errors(args.a), open_errors(args.b)
+        if args.hardware_a:
+            a = gpu_transfer.runs_of(a, args.hardware_a, variant=None)
+        if args.hardware_b:
+            b = gpu_transfer.runs_of(b, args.hardware_b, variant=None)
+    res = shift(a, b, fp_budget=args.fp_budget, confidence=args.confidence,
+                form=None if args.form == "none" else args.form)
     print(res.to_text())
+    if args.fp8_emulated:
+        print("\n" + gpu_transfer.transfer(ds, fp_budget=args.fp_budget, confidence=args.confidence).to_text())
     if args.output:
         res.to_json(args.output)
         print(f"wrote {args.output}")
@@ -501,8 +519,14 @@ def _add_report_commands(sub: Any) -> None:
     r.set_defaults(func=_cmd_report)
     t = sub.add_parser("shift", help="does a table calibrated on errors A hold on errors B (another "
                        "hardware)? score comparison and realised false-positive rate")
-    t.add_argument("a", help="error dataset the table is calibrated on (.nc or .zarr)")
-    t.add_argument("b", help="error dataset of the other hardware")
+    t.add_argument("a", nargs="?", help="error dataset the table is calibrated on (.nc or .zarr)")
+    t.add_argument("b", nargs="?", help="error dataset of the other hardware")
+    t.add_argument("--fp8-emulated", action="store_true",
+                   help="A and B from the shipped FP8 GEMM dataset of two emulated GPUs (correct runs; A: "
+                        "--hardware-a, default H100-PCIe/hopper; B: --hardware-b, default RTX4060/ada), then "
+                        "the transfer table: FP rates per hardware policy and recall per bug (docs/gpu_transfer.md)")
+    t.add_argument("--hardware-a", default=None, metavar="LABEL", help="only A's runs of this hardware label")
+    t.add_argument("--hardware-b", default=None, metavar="LABEL", help="only B's runs of this hardware label")
     t.add_argument("--fp-budget", type=_budget(), default=0.01,
                    help="false-positive budget per check, in [1e-9, 0.5] (default 0.01)")
     t.add_argument("--confidence", type=_conf(), default=0.95)

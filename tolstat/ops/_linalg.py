@@ -1,8 +1,18 @@
-"""Models of the matrix-product family: matmul, mm, bmm, addmm, baddbmm, linear, conv1d/2d/3d.
+"""Models of the matrix-product family: matmul, mm, bmm, addmm, baddbmm, linear, conv1d/2d/3d,
+_scaled_mm.
 
 Each is multilinear: the magnitude is the op on the absolute inputs (``|A| @ |B|``), and
 ``K`` the length of the inner products (the contracted dimension, ``in_channels / groups *
 prod(kernel_size)`` for a convolution).
+
+``_scaled_mm`` is ``torch._scaled_mm`` (named as torch names it): FP8 inputs
+(``float8_e4m3fn`` / ``float8_e5m2``, the values as given), per-tensor (one-element) scales,
+accumulation in float32 and a bfloat16, float16 or float32 output. Its magnitude is ``|scale_a scale_b| |input| @ |mat2| + |bias|``:
+the scales multiply every product, so they multiply the accumulated rounding error too. The
+dtype a dataset names is the *output* format (``u_out``); the accumulation format is float32
+(the default ``acc_dtype`` of :func:`tolstat.measure.noise.record_statistics`). Row-wise
+scales and ``scale_result`` (the output scale of FP8 outputs) are refused rather than
+guessed.
 """
 
 from __future__ import annotations
@@ -78,6 +88,23 @@ def _linear(c: Call, dtype: Any) -> np.ndarray:
         raise ValueError(f"{c.op}: input (shape {x.shape}) and weight (shape {w.shape}) differ in "
                          f"in_features")
     out = np.abs(x) @ np.abs(w).T
+    b = c.optional("bias")
+    return out if b is None else out + np.abs(b)
+
+
+def _scaled_mm(c: Call, dtype: Any) -> np.ndarray:
+    c.array("input", ndim=(2,))
+    c.array("mat2", ndim=(2,))
+    prod = np.matmul(*_inner(c, "input", "mat2"))
+    scale = 1.0
+    for name in ("scale_a", "scale_b"):
+        s = c.array(name)
+        if s.size != 1:
+            raise c.error(name, "must be a one-element (per-tensor) scale; row-wise scales are not modelled")
+        scale *= abs(float(s.reshape(())))
+    if c.raw("scale_result") is not None:
+        raise c.error("scale_result", "is not modelled (the output scale of FP8 outputs); pass None")
+    out = scale * prod
     b = c.optional("bias")
     return out if b is None else out + np.abs(b)
 
@@ -162,6 +189,11 @@ _add("baddbmm", _torch_model("baddbmm", "input, batch1, batch2, *, beta=1, alpha
                              k_rule="batch1.shape[2]"))
 _add("linear", _torch_model("linear", "input, weight, bias=None", _linear, _k_last("weight"),
                             model="|input| @ |weight|.T + |bias|", k_rule="in_features (weight.shape[-1])"))
+_add("_scaled_mm", _torch_model(
+    "_scaled_mm", "input, mat2, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, "
+    "use_fast_accum=False", _scaled_mm, _k_last("input"),
+    model="|scale_a scale_b| |input| @ |mat2| + |bias| (FP8 inputs, per-tensor scales, float32 accumulation)",
+    k_rule="input.shape[1]"))
 for _n in (1, 2, 3):
     _add(f"conv{_n}d", _torch_model(
         f"conv{_n}d", "input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1", _conv(_n), _conv_k,
