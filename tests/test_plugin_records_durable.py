@@ -257,3 +257,21 @@ def test_merge_parts_refuses_what_it_cannot_merge(tmp_path):
         pytest_plugin.merge_parts(tmp_path / "missing", tmp_path / "rec.nc")
     with pytest.raises(ValueError, match=r"must end in \.nc or \.zarr"):
         pytest_plugin.merge_parts(tmp_path, tmp_path / "rec.csv")
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_tests_keeps_the_checks_recorded_so_far(pytester, tmp_path):
+    """Ctrl-C in a test (not in the merge): the session stops, and every check that passed
+    before it is in a complete record file."""
+    _suite(pytester)
+    pytester.makepyfile(test_stop="""
+def test_zz_stop(tolstat_check):
+    raise KeyboardInterrupt
+""")
+    rec = tmp_path / "rec.nc"
+    # in a subprocess: an in-process run hands the KeyboardInterrupt on to this session
+    res = pytester.runpytest_subprocess(*_LOAD, f"--tolstat-record={rec}", "test_suite.py", "test_stop.py")
+    assert res.ret == pytest.ExitCode.INTERRUPTED
+    res.stdout.fnmatch_lines([f"tolstat: recorded {N_RECORDS} passing check(s) to {rec} (merged from 1 part(s))"])
+    _assert_all_records(rec)
+    assert not _parts_folders(rec)
