@@ -482,3 +482,30 @@ def test_element_count_never_contradicts_the_verdict():
     assert "3 of 100 elements exceed their own allowance, which the threshold" in _elements_line(r)
     r.passed, r.n_exceeding = False, 3
     assert _elements_line(r) == "  3 of 100 elements exceed their allowance"
+
+
+def test_the_verdict_line_of_a_pass_never_reads_as_a_contradiction():
+    import dataclasses
+
+    import tolstat
+
+    rng = np.random.default_rng(5)
+    pairs = []
+    for _ in range(120):
+        e = rng.standard_normal(64)
+        pairs.append(((e + rng.standard_normal(64) * 2e-3).astype(np.float16), e))
+    table = tolstat.select(tolstat.from_pairs(pairs, op="noisy", dtype="fp16"), fp_budget=0.05, form="allclose")
+    e = rng.standard_normal(64)
+    res = tolstat.check((e + rng.standard_normal(64) * 1e-3).astype(np.float16), e, op="noisy", dtype="fp16",
+                        table=table)
+    assert res.passed
+    line = res.verdict_line()
+    assert line.startswith("PASS noisy/float16: ") and "% of its threshold" in line
+    # a statistic over its threshold in a passing check is named as not deciding, not as "<="
+    k = next(iter(res.statistics))
+    odd = dataclasses.replace(res, statistics={k: 2 * res.thresholds[k]}, ratios={k: 2.0}, failed=(k,))
+    assert "is above its threshold" in odd.verdict_line() and "not the deciding statistic" in odd.verdict_line()
+    rounded = tolstat.check(e.astype(np.float16), e, op="noisy", dtype="fp16", table=table)
+    assert rounded.passed and "correctly rounded" in rounded.verdict_line()
+    bad = tolstat.check((e * 1.1).astype(np.float16), e, op="noisy", dtype="fp16", table=table)
+    assert not bad.passed and bad.verdict_line().startswith("FAIL noisy/float16: ")

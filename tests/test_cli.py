@@ -45,7 +45,12 @@ def test_collect_calibrate_check(tmp_path, capsys):
     capsys.readouterr()
     args = ["--op", "gelu", "--dtype", "fp16", "--table", str(table)]
     assert main(["check", str(tmp_path / "good.npy"), str(tmp_path / "ref.npy"), *args]) == 0
-    assert "PASS gelu/float16" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "PASS gelu/float16" in out
+    assert " <= " not in out and ("% of its threshold" in out or "correctly rounded" in out), out
+    np.save(tmp_path / "rounded.npy", ref.astype(np.float16))  # the reference correctly rounded
+    assert main(["check", str(tmp_path / "rounded.npy"), str(tmp_path / "ref.npy"), *args]) == 0
+    assert "every element is the reference rounded to float16 (correctly rounded)" in capsys.readouterr().out
     assert main(["check", str(tmp_path / "bad.npy"), str(tmp_path / "ref.npy"), *args]) == 1
     assert "gelu" in capsys.readouterr().out
     # a group the table does not have is a clear error, exit status 2

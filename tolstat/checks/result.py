@@ -94,6 +94,28 @@ class CheckResult:
         """Human-readable explanation (the :func:`~tolstat.checks.checking.assert_close` message)."""
         return _message(self)
 
+    def verdict_line(self) -> str:
+        """One line in words: PASS or FAIL and why (``tolstat check`` prints it for a pass).
+
+        A pass says how close each decision value came to its threshold; a statistic over
+        its threshold in a passing check is named as not deciding (the combined score of
+        an operator entry decides), and an output whose every element is the reference
+        correctly rounded says so instead of comparing numbers.
+        """
+        head = f"{'PASS' if self.passed else 'FAIL'} {self.op}/{self.dtype}"
+        if self.passed and self.correctly_rounded:
+            return (f"{head}: every element is the reference rounded to {self.dtype} (correctly rounded), which "
+                    "passes every threshold")
+        parts = []
+        for k, v in self.statistics.items():
+            t, r = self.thresholds[k], self.ratios[k]
+            if k in self.failed:
+                parts.append(f"{k} {v:.4g} is above its threshold {t:.4g}"
+                             + (" (not the deciding statistic)" if self.passed else ""))
+            else:
+                parts.append(f"{k} {v:.4g} is {100 * r:.1f}% of its threshold {t:.4g}")
+        return f"{head}: " + "; ".join(parts)
+
     @classmethod
     def of_entry(cls, entry: Any, values: Mapping[str, float], thresholds: Mapping[str, float], *,
                  probabilities: Mapping[str, float] | None = None, notes: Mapping[str, str] | None = None,

@@ -194,10 +194,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
                 covariates=_parse_covariates(args.cov),
                 options=CheckOptions(magnitude=_magnitude_arg(args.magnitude),
                                      hardware_policy=args.hardware_policy))
-    print(res.message() if not res.passed else
-          f"PASS {args.op}/{res.dtype}: " + ", ".join(
-              f"{k}={v:.4g} <= {res.thresholds[k]:.4g} ({100 * res.ratios[k]:.1f}% of threshold)"
-              for k, v in res.statistics.items()))
+    print(res.message() if not res.passed else res.verdict_line())
     return 0 if res.passed else 1
 
 
