@@ -484,6 +484,64 @@ def test_element_count_never_contradicts_the_verdict():
     assert _elements_line(r) == "  3 of 100 elements exceed their allowance"
 
 
+def test_operator_check_of_a_non_finite_output_names_the_non_finite_element():
+    a, e = _softmax_pair()
+    for bad in (np.inf, -np.inf):
+        out = a.copy()
+        out[2, 7] = bad
+        r = tolstat.check(out, e, op="softmax", dtype="float16", table=_optable(100.0), options=REF)
+        assert not r.passed and r.statistics["op_score"] == math.inf
+        assert r.n_nonfinite == 1 and r.worst_index == (2, 7)
+        assert r.worst_actual == bad and r.worst_expected == e[2, 7] and r.worst_error == math.inf
+
+
+def _matmul_optable():
+    g = _group("matmul", "float16", "*", 100.0, statistic="op_score")
+    g["certificate"] = {"form": "operator", "method": "order_statistic", "rowwise": False,
+                        "normalisers": {"op_max": 4.0, "op_rms": 2.0}, "covariates": ["K"],
+                        "needs_magnitude": True, "guarantee": "PAC: test"}
+    return _table([g], statistic="op_score")
+
+
+def test_operator_check_with_inputs_equals_the_check_with_their_magnitude_and_K():
+    rng = np.random.default_rng(11)
+    A = rng.standard_normal((8, 32)).astype(np.float16)
+    B = rng.standard_normal((32, 6)).astype(np.float16)
+    A64, B64 = A.astype(np.float64), B.astype(np.float64)
+    e = A64 @ B64
+    out = e.astype(np.float16)
+    out[3, 1] = np.nextafter(out[3, 1], np.float16(np.inf))  # one element one ULP off
+    t = _matmul_optable()
+    r = tolstat.check(out, e, op="matmul", dtype="float16", table=t, inputs=(A, B))
+    hand = tolstat.check(out, e, op="matmul", dtype="float16", table=t, covariates={"K": 32},
+                         options=tolstat.CheckOptions(magnitude=np.abs(A64) @ np.abs(B64)))
+    assert not r.correctly_rounded and r.statistics["op_max"] > 0
+    assert r.statistics == hand.statistics and r.passed and hand.passed
+    assert (r.worst_index, r.worst_allowed) == (hand.worst_index, hand.worst_allowed)
+    # inputs whose output has another shape than expected are refused
+    with pytest.raises(ValueError, match=r"the inputs of 'matmul' give an output of shape \(8, 5\) but expected "
+                                         r"has shape \(8, 6\)"):
+        tolstat.check(out, e, op="matmul", dtype="float16", table=t, inputs=(A, B[:, :5]))
+
+
+def test_operator_check_of_an_output_held_in_float64_equals_the_check_of_the_stored_output():
+    a, e = _softmax_pair()
+    t = _optable(100.0)
+    r16 = tolstat.check(a, e, op="softmax", dtype="float16", table=t, options=REF)
+    r64 = tolstat.check(a.astype(np.float64), e, op="softmax", dtype="float16", table=t, options=REF)
+    assert not r16.correctly_rounded and r16.statistics["op_score"] > 0
+    assert r64.statistics == r16.statistics and r64.passed == r16.passed
+    assert (r64.worst_index, r64.worst_error, r64.n_exceeding) == (r16.worst_index, r16.worst_error, r16.n_exceeding)
+    # the reference rounded once to float16, held in float64: correctly rounded, score 0
+    exact = e.astype(np.float16).astype(np.float64)
+    r = tolstat.check(exact, e, op="softmax", dtype="float16", table=t, options=REF)
+    assert r.correctly_rounded and r.passed and r.statistics["op_score"] == 0.0
+    # one float16 ULP off at one element: not correctly rounded
+    off = exact.copy()
+    off[1, 2] = float(np.nextafter(np.float16(off[1, 2]), np.float16(np.inf)))
+    assert not tolstat.check(off, e, op="softmax", dtype="float16", table=t, options=REF).correctly_rounded
+
+
 def test_the_verdict_line_of_a_pass_never_reads_as_a_contradiction():
     import dataclasses
 

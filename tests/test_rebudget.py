@@ -100,3 +100,18 @@ def test_a_suite_budgeted_table_keeps_the_suite_budget_on_fresh_runs():
         over += fp > 0.001
     v = 0.05
     assert over / reps <= v + 2 * math.sqrt(v * (1 - v) / reps) + 1e-12, over
+
+
+def test_a_rebudgeted_table_records_the_budget_it_applied_and_the_one_it_had(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        t = tolstat.select(_ds(_pairs(4, 400)), fp_budget=0.01, form=None)
+    r = rebudget(t, 0.001, why="a suite of 10 checks")
+    want = {"fp_budget": 0.001, "table_fp_budget": 0.01, "why": "a suite of 10 checks"}
+    assert r.meta["provenance"]["rebudget"] == want
+    r.to_json(tmp_path / "r.json")
+    assert tolstat.load_table(tmp_path / "r.json").meta["provenance"]["rebudget"] == want
+    # the plugin's suite budget records the same, with the suite
+    s = suite_table(t, 0.01, 10).meta["provenance"]
+    assert s["rebudget"]["fp_budget"] == s["suite_budget"]["per_check"] == pytest.approx(0.001, rel=1e-12)
+    assert s["rebudget"]["table_fp_budget"] == 0.01

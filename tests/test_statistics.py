@@ -303,3 +303,65 @@ def test_max_score_of_an_exact_element_with_zero_scale_is_zero_without_a_warning
         warnings.simplefilter("error")  # no 'invalid value' RuntimeWarning
         elem = get("max_score").elements(m, _ZeroScale(), {}, "float64")
     np.testing.assert_array_equal(elem, [0.0, 0.0, 0.5])
+
+
+def test_a_non_finite_output_scores_inf_in_calibration_as_in_a_check_even_where_its_scale_overflows():
+    """A run with one non-finite output element has max_score inf from the dataset, as the
+    pair's value, also where the noise scale at that element is inf (inf / inf is no score)."""
+    from tolstat.models.scale import ScaleModel
+
+    rng = np.random.default_rng(5)
+    pairs = []
+    for i in range(6):
+        r = rng.uniform(2.0, 4.0, 16).astype(np.float16).astype(np.float64)
+        k = r.astype(np.float16)
+        k[3] = np.nextafter(k[3], np.float16(np.inf))
+        if i in (1, 4):
+            k[7] = np.inf if i == 1 else -np.inf  # exactly one non-finite element
+        pairs.append((k, r))
+    ds = tolstat.from_pairs(pairs, op="mul3", dtype="float16", hardware="cpu",
+                            options=tolstat.CollectOptions(progress=False))
+    assert ds["n_nonfinite"].values.tolist() == [0, 1, 0, 0, 1, 0]
+    st = get("max_score")
+    for model in (ScaleModel(form="allclose", atol=1e-3, rtol=1e-3),
+                  ScaleModel(form="allclose", atol=0.0, rtol=1e308)):  # s = rtol * |ref| = inf
+        with np.errstate(over="ignore"):
+            from_ds = st.run_scores(ds, model).scores
+            from_pairs = [st.value(error_metrics(k, r, dtype="float16"), model, {}, "float16") for k, r in pairs]
+        np.testing.assert_array_equal(from_ds, from_pairs)
+        assert from_ds[1] == from_ds[4] == np.inf and np.isfinite(from_ds[[0, 2, 3, 5]]).all()
+
+
+@pytest.fixture
+def covariate_statistic():
+    """A user statistic of kind "run" that reads a run covariate and the dtype (removed after the test)."""
+    name = "weighted_max_abs"
+
+    def from_metrics(m, model, cov, dtype):
+        return float(cov["w"]) * float(np.max(m.abs)) * (2.0 if dtype == "float16" else 1.0)
+
+    statistics.register(Statistic(
+        name=name, kind="run", unit="output units", description="2 w max|d| (float16)", needs=("max_abs",),
+        from_dataset=lambda ds, model: RunScores(np.asarray(ds["max_abs"].values, dtype=np.float64), 0),
+        from_metrics=from_metrics))
+    try:
+        yield name
+    finally:
+        statistics.REGISTRY.pop(name)
+
+
+def test_a_registered_run_statistic_is_checked_with_the_check_covariates_and_dtype(covariate_statistic):
+    from table_helpers import group, stat, table
+
+    name = covariate_statistic
+    t = table([group("mul3", "float16", "*", 1.0, extra={name: stat(0.01)})], extra=(name,))
+    x = np.random.default_rng(2).standard_normal(16)
+    k = (x.astype(np.float16) * np.float16(3.0)).astype(np.float16)
+    r = x.astype(np.float16).astype(np.float64) * 3.0
+    k[5] = np.nextafter(k[5], np.float16(np.inf))  # not correctly rounded (that would be 0)
+    d = float(np.max(np.abs(k.astype(np.float64) - r)))
+    assert d > 0
+    for w, passes in ((0.25 * 0.01 / d, True), (4.0 * 0.01 / d, False)):
+        res = tolstat.check(k, r, op="mul3", dtype="float16", table=t, covariates={"w": w})
+        assert res.statistics[name] == 2.0 * w * d
+        assert res.passed == passes and (name in res.failed) == (not passes)

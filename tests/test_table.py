@@ -390,3 +390,35 @@ def test_fit_free_scale_without_a_quantile_round_trips_through_json(tmp_path):
     assert math.isnan(back.entry("mm", "float16").scale.quantile)
     assert back.checksums() == table.checksums()
     np.testing.assert_array_equal(tolstat.check_runs(ds, back), tolstat.check_runs(ds, table))
+
+
+@pytest.mark.parametrize(("scale", "match"), [
+    ({"form": "nope", "atol": 0.5}, r"scale form 'nope' is not one of \("),
+    ({"form": "baseline", "floor": 1.0}, r"scale baseline must name the covariate of the baseline error, got None"),
+    ({"form": "baseline", "baseline": "", "floor": 1.0},
+     r"scale baseline must name the covariate of the baseline error, got ''"),
+])
+def test_an_unknown_scale_form_or_a_baseline_without_its_covariate_is_rejected(scale, match, tmp_path):
+    with pytest.raises(ValueError, match=r"group \('op', 'float32', '\*'\): " + match):
+        _scaled(scale)
+    good = _scaled({"form": "allclose", "atol": 0.5, "rtol": 0.25})
+    d = json.loads(good.to_json())
+    d["groups"][0]["scale"] = scale
+    (tmp_path / "t.json").write_text(json.dumps(d))
+    with pytest.raises(ValueError, match=match):
+        load_table(tmp_path / "t.json", verify=False)
+
+
+def test_netcdf_table_stores_each_group_checksum_along_the_group_dimension(tmp_path):
+    import xarray as xr
+
+    t = _table([_group("a", "float16", "cpu", 1.0), _group("b", "float32", "*", 2.0),
+                _group("c", "float16", "*", 3.0)])
+    by_group = {(g["op"], g["dtype"], g["hardware"]): g["checksum"] for g in json.loads(t.to_json())["groups"]}
+    t.to_netcdf(tmp_path / "t.nc")
+    with xr.open_dataset(tmp_path / "t.nc", engine="h5netcdf") as ds:
+        assert ds["checksum"].dims == ("group",)
+        stored = {(str(ds["op"].values[i]), str(ds["dtype"].values[i]), str(ds["hardware"].values[i])):
+                  str(ds["checksum"].values[i]) for i in range(ds.sizes["group"])}
+    assert stored == by_group and len(set(stored.values())) == 3
+    assert tolstat.load_table(tmp_path / "t.nc").groups == t.groups
