@@ -10,6 +10,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+# numba and the tolstat modules that compile with it, imported before any test: an in-process
+# pytester run drops the modules first imported during it, and numba's type registrations
+# cannot run twice in one process ("duplicate registration for ..."), so numba's target is
+# initialised here once (its first compilation imports every registry lazily)
+import numba  # noqa: E402
+import tolstat.checks.fast  # noqa: E402,F401
+import tolstat.measure.noise  # noqa: E402,F401
+import tolstat.models.estimators  # noqa: E402,F401
+
+numba.njit(lambda x: x + 1)(1)
+
 
 def fp16_mul3(x: np.ndarray) -> np.ndarray:
     """A float16 kernel: ``x * 3`` rounded to float16 (one rounding error per element)."""

@@ -14,4 +14,4 @@ re-budgeting (:mod:`~tolstat.calibration.selection`; its settings in
 
 from tolstat._base.lazy import namespace as _namespace
 
-__getattr__, __dir__ = _namespace(__name__, ("selection", "options", "table", "decision", "engine", "units", "certificate", "pooling", "forms", "bounds", "table_format", "hwpolicy", "review"))
+__getattr__, __dir__ = _namespace(__name__, ("selection", "options", "table", "decision", "engine", "units", "certificate", "pooling", "forms", "bounds", "table_format", "hwpolicy", "review", "tiny_budget"))

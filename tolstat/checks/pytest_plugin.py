@@ -31,10 +31,20 @@ Options (command line, or ``[tool.tolstat]`` in the rootdir's ``pyproject.toml``
 ``suite_budget = 0.01`` (``[tool.tolstat]`` or ``--tolstat-suite-budget``)
     False-positive budget of the whole suite, split over its checks by the union bound
     (Bonferroni): each check gets ``suite_budget / N``; see :func:`suite_table`.
-    ``N`` is ``suite_checks = ...`` when given, else the number of collected tests that
-    use tolstat (the ``tolstat_check`` fixture or the ``tolstat`` marker), i.e. one
-    check per test. A session that makes more checks than ``N`` fails at the end,
-    because the promise no longer holds.
+    ``N`` is ``suite_checks = ...`` when given, else the checks the collected tests that
+    use tolstat (the ``tolstat_check`` fixture or the ``tolstat`` marker) declare: one per
+    test (each parametrised item is a test), ``max_examples`` plus the explicit examples
+    for a Hypothesis ``@given`` test, times ``checks=`` of the test's
+    ``@pytest.mark.tolstat(checks=...)`` marker (checks per call or example). A session
+    whose passing tests make more checks than ``N`` fails at the end, because the promise
+    no longer holds (a failing test counts at most its declared checks: Hypothesis's
+    shrinking after a failure cannot make a failed suite fail).
+``suite_tail = "model"`` (``[tool.tolstat]`` or ``--tolstat-suite-tail``)
+    Where the calibration runs are too few for the distribution-free order statistic at
+    ``suite_budget / N`` (``1e-4`` per check needs about 30,000 runs), extend the
+    threshold by a model-based tail (:func:`tolstat.calibration.tiny_budget.extend_budget`:
+    the largest calibration score, extended by the ratio of normal quantiles; labelled model-based with
+    its assumption). Default ``"none"``: such groups are refused with the runs needed.
 
 Fixtures and marker
 -------------------
@@ -69,11 +79,14 @@ from tolstat.checks.record_parts import (_PART_FORMAT, _PART_SUFFIX, _PART_VERSI
                                          _merge_command, _new_parts_folder, _record_frame, _remove_parts,
                                          merge_parts)
 
-__all__ = ["pytest_addoption", "pytest_configure", "TolstatSession", "suite_table", "merge_parts", "PartsMerge"]
+__all__ = ["pytest_addoption", "pytest_configure", "TolstatSession", "suite_table", "declared_checks", "merge_parts",
+           "PartsMerge"]
 
 _KEY = pytest.StashKey["TolstatSession"]()
-_MARKER = ("tolstat(op=None, dtype=None, covariates=None, hardware=None): the table group of the test's "
-           "tolstat_check calls")
+_MARKER = ("tolstat(op=None, dtype=None, covariates=None, hardware=None, checks=1): the table group of the test's "
+           "tolstat_check calls; checks: how many checks one call (one Hypothesis example) makes, for the suite "
+           "budget")
+_TAILS = ("none", "model")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -93,6 +106,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--tolstat-suite-budget", action="store", default=None, type=float, metavar="A",
                     help="false-positive budget of the whole suite, split over its checks "
                          "(default: [tool.tolstat] suite_budget)")
+    group.addoption("--tolstat-suite-tail", action="store", default=None, choices=list(_TAILS),
+                    help="'model': extend thresholds the calibration runs cannot support at the per-check "
+                         "budget by a model-based tail; 'none' (default): refuse them "
+                         "(default: [tool.tolstat] suite_tail)")
 
 
 def _pyproject(rootpath: Path) -> dict[str, Any]:
@@ -105,7 +122,7 @@ def _pyproject(rootpath: Path) -> dict[str, Any]:
         except tomllib.TOMLDecodeError as exc:
             raise pytest.UsageError(f"tolstat: cannot parse {pp}: {exc}") from exc
     cfg = data.get("tool", {}).get("tolstat", {})
-    known = {"table", "hardware_policy", "suite_budget", "suite_checks"}
+    known = {"table", "hardware_policy", "suite_budget", "suite_checks", "suite_tail"}
     bad = sorted(set(cfg) - known)
     if bad:
         raise pytest.UsageError(f"tolstat: unknown key(s) {bad} in [tool.tolstat] of {pp} (known: {sorted(known)})")
@@ -125,7 +142,7 @@ def _check_record_path(path: str) -> None:
         raise pytest.UsageError(f"tolstat: --tolstat-record {path!r}: folder {str(parent)!r} is not writable")
 
 
-def suite_table(table: Any, suite_budget: float, n_checks: int) -> Any:
+def suite_table(table: Any, suite_budget: float, n_checks: int, *, tail: str = "none") -> Any:
     """The table with each threshold re-selected for a per-check budget ``suite_budget / n_checks``.
 
     Union bound (Bonferroni): if every check of a correct run fails with probability at
@@ -140,28 +157,99 @@ def suite_table(table: Any, suite_budget: float, n_checks: int) -> Any:
     replaced by the smallest stored score, which can only raise the bound (exact when
     the bound's rank lies among the stored scores). A threshold never drops below the
     table's own. Groups without enough runs for the order statistic at the new budget
-    keep a NaN threshold whose reason names the runs needed (looking them up raises).
+    keep a NaN threshold whose reason names the runs needed (looking them up raises),
+    unless ``tail="model"``: those get the model-based extension of
+    :func:`tolstat.calibration.tiny_budget.extend_budget` (method ``"model_tail"``, the
+    largest calibration score times the ratio of normal quantiles; the promise then rests
+    on the assumption that the score's quantiles grow no faster than a normal
+    distribution's below the smallest budget the runs support).
+
+    Parameters
+    ----------
+    table : ToleranceTable
+        The session's table.
+    suite_budget : float
+        False-positive budget of the whole suite.
+    n_checks : int
+        Checks it is split over.
+    tail : {"none", "model"}, default "none"
+        What a group with too few runs for the order statistic at the split budget gets.
+
+    Returns
+    -------
+    ToleranceTable
 
     Raises
     ------
     ValueError
-        Bad ``suite_budget`` or ``n_checks``, or a budget larger than the table's.
+        Bad ``suite_budget``, ``n_checks`` or ``tail``, or a budget larger than the table's.
     """
     from tolstat._base.inference import split_budget
-    from tolstat.calibration.selection import rebudget
+    from tolstat.calibration.tiny_budget import rebudget_with_tail
 
     a = split_budget(suite_budget, n_checks, method="bonferroni")
     if a > table.fp_budget:
         raise ValueError(f"suite_budget {suite_budget:g} over {n_checks} checks gives {a:.3g} per check, more than "
                          f"the table's fp_budget {table.fp_budget:g}: calibrate the table at {a:.3g} or lower, or "
                          "leave suite_budget unset")
-    out = rebudget(table, a, why=f"suite budget {suite_budget:g} over {n_checks} checks (Bonferroni)")
+    if tail not in _TAILS:
+        raise ValueError(f"tail must be one of {_TAILS}, got {tail!r}")
+    out = rebudget_with_tail(table, a, tail=tail,
+                             why=f"suite budget {suite_budget:g} over {n_checks} checks (Bonferroni)")
     ds = out.data
     prov = json.loads(ds.attrs.get("provenance", "{}"))
     prov["suite_budget"] = {"suite_budget": suite_budget, "n_checks": n_checks, "per_check": a,
-                            "table_fp_budget": table.fp_budget}
+                            "table_fp_budget": table.fp_budget, "tail": tail}
     ds.attrs["provenance"] = json.dumps(prov, sort_keys=True)
     return out
+
+
+def _hypothesis_examples(fn: Any) -> int | None:
+    """Calls a Hypothesis ``@given`` test makes when it passes: ``max_examples`` + explicit examples.
+
+    ``None`` for a function that is not a Hypothesis test. The settings are those the test
+    was decorated with (Hypothesis keeps them on the function; a test without
+    ``@settings`` has the profile that was active when it was decorated).
+    """
+    if not getattr(fn, "is_hypothesis_test", False):
+        return None
+    cfg = getattr(fn, "_hypothesis_internal_use_settings", None)
+    if cfg is None:
+        from hypothesis import settings as _settings
+
+        cfg = _settings.default
+    return int(cfg.max_examples) + len(getattr(fn, "hypothesis_explicit_examples", ()) or ())
+
+
+def declared_checks(item: pytest.Item) -> int:
+    """The number of checks a collected test declares, for the suite budget.
+
+    One call of the test (a parametrised item is one test) or, for a Hypothesis
+    ``@given`` test, ``max_examples`` plus its explicit ``@example`` s; times ``checks``
+    of the test's ``@pytest.mark.tolstat(checks=...)`` marker (the checks one call or
+    example makes, default 1).
+
+    Parameters
+    ----------
+    item : pytest.Item
+
+    Returns
+    -------
+    int
+        ``>= 1``.
+
+    Raises
+    ------
+    pytest.UsageError
+        A ``checks`` that is not a positive integer (names the test and the value).
+    """
+    mark = item.get_closest_marker("tolstat")
+    per = mark.kwargs.get("checks", 1) if mark is not None else 1
+    if isinstance(per, bool) or not isinstance(per, int) or per < 1:
+        raise pytest.UsageError(f"tolstat: {item.nodeid}: @pytest.mark.tolstat(checks=...) must be a positive "
+                                f"integer (checks per call or Hypothesis example), got {per!r}")
+    calls = _hypothesis_examples(getattr(item, "obj", None))
+    return per * (1 if calls is None else max(calls, 1))
 
 
 class TolstatSession:
@@ -196,6 +284,11 @@ class TolstatSession:
         sb = config.getoption("--tolstat-suite-budget")
         self.suite_budget = cfg.get("suite_budget") if sb is None else sb
         self.suite_checks = cfg.get("suite_checks")
+        tail = config.getoption("--tolstat-suite-tail")
+        self.suite_tail = cfg.get("suite_tail", "none") if tail is None else tail
+        if self.suite_tail not in _TAILS:
+            raise pytest.UsageError(f"tolstat: [tool.tolstat] suite_tail must be one of {list(_TAILS)}, got "
+                                    f"{self.suite_tail!r}")
         for name, v in (("suite_budget", self.suite_budget), ("suite_checks", self.suite_checks)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
                 raise pytest.UsageError(f"tolstat: [tool.tolstat] {name} must be a number, got {v!r}")
@@ -216,6 +309,11 @@ class TolstatSession:
         self.table: Any = None
         self.n_suite: int | None = None
         self.n_checks = 0
+        self.declared: dict[str, int] = {}   # per test: the checks it declares
+        self.made: dict[str, int] = {}       # per test: the checks it made
+        self.failed_tests: set[str] = set()
+        self.n_hypothesis = 0                # Hypothesis tests among those that use tolstat
+        self.n_checks_total: int | None = None  # xdist controller: the workers' counted checks
         self.item: Any = None
         self._counts: dict[str, int] = {}
         self._hw: tuple[str, str] | None = None
@@ -254,15 +352,41 @@ class TolstatSession:
             self._hw = (self.hardware_opt or hw, plat)
         return self._hw
 
-    def apply_suite_budget(self, n_tests: int) -> None:
-        """Split ``suite_budget`` over the suite's checks (after collection)."""
+    def apply_suite_budget(self, items: Any) -> None:
+        """Count the checks the collected tests declare (:func:`declared_checks`) and split
+        ``suite_budget`` over them, or over ``suite_checks`` when given (after collection).
+
+        ``items`` are the collected tests that use tolstat (an int is taken as that many
+        tests of one check each).
+        """
+        if isinstance(items, int):
+            n_declared = items
+        else:
+            for it in items:
+                self.declared[it.nodeid] = declared_checks(it)
+                self.n_hypothesis += _hypothesis_examples(getattr(it, "obj", None)) is not None
+            n_declared = sum(self.declared.values())
         if self.suite_budget is None or self.base_table is None:
             return
-        self.n_suite = int(self.suite_checks) if self.suite_checks is not None else max(n_tests, 1)
+        self.n_suite = int(self.suite_checks) if self.suite_checks is not None else max(n_declared, 1)
         try:
-            self.table = suite_table(self.base_table, float(self.suite_budget), self.n_suite)
+            self.table = suite_table(self.base_table, float(self.suite_budget), self.n_suite, tail=self.suite_tail)
         except ValueError as exc:
             raise pytest.UsageError(f"tolstat: {exc}") from None
+
+    def counted_checks(self) -> int:
+        """Checks that count against the suite budget: every check of a test that did not fail;
+        a failed test at most its declared checks (what it made after failing, e.g. while
+        Hypothesis shrank the example, cannot make a failed suite fail)."""
+        n = 0
+        for nodeid, k in self.made.items():
+            n += min(k, self.declared.get(nodeid, k)) if nodeid in self.failed_tests else k
+        return n
+
+    def over_declared(self) -> list[tuple[str, int, int]]:
+        """``(test, made, declared)`` for passing tests that made more checks than they declared."""
+        return sorted((t, k, self.declared[t]) for t, k in self.made.items()
+                      if t in self.declared and t not in self.failed_tests and k > self.declared[t])
 
     def record(self, actual: Any, expected: Any, *, op: str, dtype: str, nodeid: str,
                covariates: Mapping[str, Any] | None, inputs: Any = None,
@@ -381,11 +505,36 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     """Split the suite budget over the collected checks."""
     st = config.stash.get(_KEY, None)
     if st is not None:
-        st.apply_suite_budget(sum(_uses_tolstat(i) for i in items))
+        st.apply_suite_budget([i for i in items if _uses_tolstat(i)])
         tr = config.pluginmanager.get_plugin("terminalreporter")
         if st.n_suite is not None and tr is not None and st.worker is None:
             tr.write_line(f"tolstat: suite budget {st.suite_budget:g} split over {st.n_suite} checks (Bonferroni): "
                           f"{st.table.fp_budget:.4g} per check")
+            n_decl = sum(st.declared.values())
+            if st.suite_checks is None and n_decl != len(st.declared):
+                tr.write_line(f"tolstat: the {len(st.declared)} tests that use tolstat declare {n_decl} checks"
+                              + (f" ({st.n_hypothesis} Hypothesis tests counted at max_examples plus explicit "
+                                 "examples)" if st.n_hypothesis else "") + "; @pytest.mark.tolstat(checks=...) "
+                              "declares checks per call")
+            if st.suite_tail == "model":
+                from tolstat.calibration.tiny_budget import MODEL_TAIL
+
+                meth = st.table.data["method"].values
+                k = int((meth == MODEL_TAIL).any(axis=1).sum())
+                if k:
+                    tr.write_line(f"tolstat: {k} of {len(st.table)} groups have too few calibration runs for "
+                                  f"{st.table.fp_budget:.4g} per check: their thresholds are model-based (a "
+                                  "normal-quantile tail beyond the smallest budget the runs support; not distribution-free)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Any:
+    """Remember the tests that failed (a failed test counts at most its declared checks)."""
+    outcome = yield
+    rep = outcome.get_result()
+    st = item.config.stash.get(_KEY, None)
+    if st is not None and rep.failed:
+        st.failed_tests.add(item.nodeid)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -406,7 +555,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if st.record_path:
             st.close_part()
         if hasattr(session.config, "workeroutput"):  # sent to the controller (pytest_testnodedown)
-            session.config.workeroutput["tolstat_checks"] = st.n_checks
+            session.config.workeroutput["tolstat_checks"] = st.counted_checks()
             session.config.workeroutput["tolstat_n_suite"] = st.n_suite
         return
     if st.record_path:
@@ -414,11 +563,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         if tr is None:  # no terminal summary (-p no:terminal): the report goes to stderr
             for line in st.summary:
                 print(line, file=sys.stderr)
-    if st.n_suite is not None and st.n_checks > st.n_suite:
+    n = st.n_checks_total if st.n_checks_total is not None else st.counted_checks()
+    if st.n_suite is not None and n > st.n_suite:
         if tr is not None:
-            tr.write_line(f"tolstat: {st.n_checks} checks ran but the suite budget {st.suite_budget:g} was split "
+            over = st.over_declared()
+            which = "" if not over else "; more than declared: " + ", ".join(
+                f"{t} made {k} (declared {d})" for t, k, d in over[:3]) + (", ..." if len(over) > 3 else "")
+            tr.write_line(f"tolstat: {n} checks ran but the suite budget {st.suite_budget:g} was split "
                           f"over {st.n_suite}: the suite-level promise does not hold; set [tool.tolstat] "
-                          f"suite_checks >= {st.n_checks}", red=True)
+                          f"suite_checks >= {n} or mark the tests @pytest.mark.tolstat(checks=...){which}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
@@ -458,6 +611,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     out = getattr(node, "workeroutput", {})
     if st is not None and "tolstat_checks" in out:
         st.n_checks += int(out["tolstat_checks"])
+        st.n_checks_total = (st.n_checks_total or 0) + int(out["tolstat_checks"])
         if out.get("tolstat_n_suite") is not None:
             st.n_suite = int(out["tolstat_n_suite"])
 
@@ -555,6 +709,8 @@ def tolstat_check(pytestconfig: pytest.Config) -> Any:
         a, e = as_array(actual, name="actual"), as_array(expected, name="expected")
         res = None
         st.n_checks += 1
+        key = st.item.nodeid if st.item is not None else "(outside a test)"
+        st.made[key] = st.made.get(key, 0) + 1
         if st.table is not None:
             hw = hardware if hardware is not None else st.hardware[0]
             res = assert_close(a, e, op=op, dtype=dt, table=st.table, inputs=inputs, params=params, hardware=hw,

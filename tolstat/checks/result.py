@@ -225,6 +225,10 @@ def _promise_line(r: CheckResult) -> str:
     if "exact" in r.methods.values():
         return (f"  promise: none at budget {r.fp_budget:g} (an exact group: any error above a correctly rounded "
                 "output fails; its certificate bounds how often a correct run does)")
+    if "model_tail" in r.methods.values():
+        return (f"  promise (model-based, not distribution-free): a correct kernel fails this check with probability "
+                f"<= {r.fp_budget:g} if the score's tail below the budget the {r.n_calibration} calibration runs "
+                "support is no heavier than a normal one (the table's reason says so)")
     if "conformal" in r.methods.values():
         return (f"  promise: a correct kernel fails this check with probability <= {r.fp_budget:g}, averaged over "
                 "calibration sets (split conformal, no confidence level)")
