@@ -34,7 +34,6 @@ not independent.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
@@ -179,15 +178,9 @@ class TransferResult:
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
         """Return (and, with ``path``, atomically write) the result as JSON."""
-        text = json.dumps(self.to_dict(), indent=1, sort_keys=True, allow_nan=False) + "\n"
-        if path is not None:
-            from tolstat._base.util import atomic_write_text
+        from tolstat.assess.hwshift import report_json
 
-            p = Path(path)
-            if not p.parent.exists():
-                raise FileNotFoundError(f"path: directory {os.fspath(p.parent)!r} does not exist")
-            atomic_write_text(p, text)
-        return text
+        return report_json(self.to_dict(), path)
 
     def to_text(self) -> str:
         """Two tables: the FP rate of each table on each hardware (with the policies that give

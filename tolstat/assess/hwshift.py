@@ -147,15 +147,7 @@ class ShiftResult:
 
     def to_json(self, path: str | os.PathLike[str] | None = None) -> str:
         """Return (and, with ``path``, atomically write) the report as JSON."""
-        text = json.dumps(self.to_dict(), indent=1, sort_keys=True, allow_nan=False) + "\n"
-        if path is not None:
-            p = Path(path)
-            if not p.parent.exists():
-                raise FileNotFoundError(f"directory {os.fspath(p.parent)!r} does not exist")
-            from tolstat._base.util import atomic_write_text
-
-            atomic_write_text(p, text)
-        return text
+        return report_json(self.to_dict(), path)
 
     def to_text(self) -> str:
         """A summary table: one line per group, then the groups not compared."""
@@ -435,3 +427,17 @@ def evaluation_shift_report(calibration: xr.Dataset, datasets: Sequence[str | os
                  if dropped else "")
         out.append(f"error dataset {p.name}{extra}:\n{res.to_text()}")
     return "\n\n".join(out)
+
+
+def report_json(d: Any, path: str | os.PathLike[str] | None = None) -> str:
+    """``d`` as the JSON text of a report (sorted keys, no NaN), written atomically to
+    ``path`` when given (its folder must exist); the text is returned either way."""
+    text = json.dumps(d, indent=1, sort_keys=True, allow_nan=False) + "\n"
+    if path is not None:
+        p = Path(path)
+        if not p.parent.exists():
+            raise FileNotFoundError(f"path: directory {os.fspath(p.parent)!r} does not exist")
+        from tolstat._base.util import atomic_write_text
+
+        atomic_write_text(p, text)
+    return text
