@@ -87,3 +87,71 @@ def test_a_fresh_process_writes_its_cache_to_the_user_folder(tmp_path):
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=300)
     assert list((tmp_path / "numba").rglob("*.nbi")), "nothing cached"
     assert set(Path(tolstat.__file__).parent.rglob("*.nb[ic]")) == before
+
+
+_SORTS = """\
+import numpy as np
+import numba
+
+@numba.njit(cache=True)
+def sort_in_place(a):
+    a.sort()
+    return a
+
+@numba.njit(cache=True)
+def argsort(a):
+    return np.argsort(a)
+"""
+
+_CALL = """\
+import sys
+import numpy as np
+import tolstat.measure.metrics  # tolstat's numba set-up, as any tolstat kernel module
+import sorts
+a = np.random.default_rng(0).standard_normal(50)
+for name in sys.argv[1:]:
+    out = getattr(sorts, name)(a.copy())
+    want = np.sort(a) if name == "sort_in_place" else np.argsort(a)
+    print(name, bool(np.array_equal(out, want)))
+"""
+
+
+def test_kernels_cached_by_different_processes_load_together(tmp_path):
+    """Two processes each compile one kernel first (same numba state, so without unique ids
+    the sort and the argsort helpers get the same names); a third loads both from the
+    cache: each must still compute its own function (numba keeps the first weak symbol)."""
+    (tmp_path / "sorts.py").write_text(_SORTS)
+    (tmp_path / "call.py").write_text(_CALL)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)]),
+               NUMBA_CACHE_DIR=str(tmp_path / "cache"), TOLSTAT_CACHE_DIR=str(tmp_path / "t"))
+
+    def call(*names: str) -> str:
+        done = subprocess.run([sys.executable, str(tmp_path / "call.py"), *names], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    assert call("sort_in_place") == "sort_in_place True\n"
+    assert call("argsort") == "argsort True\n"
+    assert list((tmp_path / "cache").rglob("*.nbi")), "nothing cached"
+    assert call("sort_in_place", "argsort") == "sort_in_place True\nargsort True\n"
+
+
+def test_function_ids_start_at_a_random_offset_per_process():
+    code = ("import tolstat.measure.metrics\n"
+            "from numba.core.bytecode import FunctionIdentity\n"
+            "print(next(FunctionIdentity._unique_ids))\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    starts = [int(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                 check=True, timeout=300).stdout) for _ in range(2)]
+    lo, hi = _numba_cache._ID_OFFSETS
+    assert all(lo <= s < hi + 10_000 for s in starts), starts
+    assert starts[0] != starts[1]
+
+
+def test_kernels_are_cached_below_the_layout_folder():
+    path = Path(_locator(_ulp_kernel).get_cache_path())
+    root = _numba_cache.cache_root()
+    if root is None:
+        pytest.skip("no writable cache folder")
+    assert path.parent.name == _numba_cache.LAYOUT and path.parent.parent == root

@@ -18,24 +18,46 @@ and sends their cache to, in order of preference:
 The first of these that can be created and written to is used. Only if none can (not
 even the temp directory) does numba's default chain apply. numba's own ``NUMBA_CACHE_DIR`` keeps precedence
 (numba's user-provided locator is consulted before this one), and so does
-``NUMBA_CACHE_LOCATOR_CLASSES``.
+``NUMBA_CACHE_LOCATOR_CLASSES``. Kernels are cached below ``<root>/<LAYOUT>/``.
+
+:func:`install` also makes the names numba gives compiled functions unique across
+processes. numba names every function it compiles ``<qualname>$<id>`` with a per-process
+counter that starts at 1, and a cached library exports the helpers it compiled in (sort,
+argsort, ...) as weak symbols under those names. Two kernels cached by two processes (two
+pytest workers, two scripts) can therefore carry *different* helpers under the *same*
+name: the closure of ``a.sort()`` in one and of ``np.argsort(a)`` in the other. Loaded into
+one process, the first library's helper serves both, and the second kernel returns garbage
+or crashes. :func:`install` starts the
+counter of each process at a random offset in ``[2**32, 2**48)``, so two processes share a
+name with probability about ``ids**2 / 2**48`` (``ids`` the count each compiles, a few
+thousand). Caches written before this (counter from 1) live outside ``<LAYOUT>`` and are
+not read.
 """
 
 from __future__ import annotations
 
 import getpass
+import itertools
 import os
+import secrets
 import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PACKAGE_DIR", "cache_root", "install"]
+__all__ = ["LAYOUT", "PACKAGE_DIR", "cache_root", "install"]
 
 #: the folder of the tolstat package; only functions defined below it are located here
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 _ENV = "TOLSTAT_CACHE_DIR"
+
+#: subfolder of the cache root holding the kernels; a new value when the names inside
+#: cached libraries change meaning ("2": function ids unique across processes)
+LAYOUT = "2"
+
+#: the range of the per-process start of numba's function-id counter
+_ID_OFFSETS = (2**32, 2**48)
 
 
 def _user_cache_dir() -> Path | None:
@@ -110,7 +132,7 @@ def _locator_class() -> type:
             self._lineno = py_func.__code__.co_firstlineno
             root = type(self)._root
             assert root is not None
-            self._cache_path = os.path.join(os.fspath(root), self.get_suitable_cache_subpath(py_file))
+            self._cache_path = os.path.join(os.fspath(root), LAYOUT, self.get_suitable_cache_subpath(py_file))
 
         def get_cache_path(self) -> str:
             return self._cache_path
@@ -141,15 +163,35 @@ def _locator_class() -> type:
 _installed = False
 
 
-def install() -> None:
-    """Register tolstat's cache locators with numba (idempotent).
+def _unique_function_ids() -> bool:
+    """Start numba's function-id counter of this process at a random offset (see the module
+    docstring); ``False`` when this numba keeps the counter elsewhere."""
+    try:
+        from numba.core.bytecode import FunctionIdentity
+    except ImportError:  # pragma: no cover - numba moved it
+        return False
+    counter = getattr(FunctionIdentity, "_unique_ids", None)
+    if not isinstance(counter, itertools.count):  # pragma: no cover - numba changed it
+        return False
+    lo, hi = _ID_OFFSETS
+    FunctionIdentity._unique_ids = itertools.count(lo + secrets.randbelow(hi - lo))
+    return True
 
-    Must run before the first ``@njit(cache=True)`` function of tolstat is defined,
+
+def install() -> None:
+    """Register tolstat's cache locators with numba and make function names unique across
+    processes (idempotent).
+
+    Must run before the first ``@njit(cache=True)`` function of tolstat is compiled,
     which is why every module defining kernels calls it right before them.
     """
     global _installed
     if _installed:
         return
+    if not _unique_function_ids():  # pragma: no cover - a numba without these internals
+        warnings.warn("tolstat: cannot make numba's function names unique across processes with "
+                      "this numba; kernels cached by different processes may clash when loaded "
+                      "together", RuntimeWarning, stacklevel=2)
     try:
         from numba.core import caching
 
