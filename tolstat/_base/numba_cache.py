@@ -27,10 +27,9 @@ argsort, ...) as weak symbols under those names. Two kernels cached by two proce
 pytest workers, two scripts) can therefore carry *different* helpers under the *same*
 name: the closure of ``a.sort()`` in one and of ``np.argsort(a)`` in the other. Loaded into
 one process, the first library's helper serves both, and the second kernel returns garbage
-or crashes. :func:`install` starts the
-counter of each process at a random offset in ``[2**32, 2**48)``, so two processes share a
-name with probability about ``ids**2 / 2**48`` (``ids`` the count each compiles, a few
-thousand). Caches written before this (counter from 1) live outside ``<LAYOUT>`` and are
+or crashes. :func:`install` starts the counter of each process at a random offset in
+``[2**32, 2**48)``, so the id ranges of two processes overlap with probability about
+``2 * ids / 2**48`` (``ids`` the count each compiles, a few thousand: about 1e-11). Caches written before this (counter from 1) live outside ``<LAYOUT>`` and are
 not read.
 """
 
