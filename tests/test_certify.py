@@ -61,6 +61,17 @@ def test_collapse_validates():
         collapse({"a": [1, 2]}, covariates=[1, 2, 3])
 
 
+
+def test_collapse_of_one_run_is_one_unit_and_of_no_run_is_refused():
+    u = collapse({"a": [2.5], "b": [np.nan]})
+    assert (u.n, u.n_runs, u.n_duplicates, u.n_clusters, u.names) == (1, 1, 0, None, ("a", "b"))
+    np.testing.assert_array_equal(u.values, [[2.5, np.nan]])
+    u = collapse({"a": [2.5]}, cluster=["x"], covariates={"seed": [0]})
+    assert (u.n, u.n_clusters) == (1, 1) and u.values.tolist() == [[2.5]]
+    with pytest.raises(ValueError, match="^stats has no runs$"):
+        collapse({"a": []})
+
+
 # --------------------------------------------------------------------------- split
 def test_fit_size_rules():
     assert fit_size(400, 1, 299) == 0  # one statistic: no run spent on normalisers

@@ -567,3 +567,20 @@ def test_the_verdict_line_of_a_pass_never_reads_as_a_contradiction():
     assert rounded.passed and "correctly rounded" in rounded.verdict_line()
     bad = tolstat.check((e * 1.1).astype(np.float16), e, op="noisy", dtype="fp16", table=table)
     assert not bad.passed and bad.verdict_line().startswith("FAIL noisy/float16: ")
+
+
+def test_operator_check_note_names_the_statistic_that_trips_first_only_when_one_applies():
+    """The note names the statistic attaining the combined score; when none of the table's
+    statistics applies to the output (here a row statistic of a table that is not
+    row-wise), the score is NaN and the note names none."""
+    e = np.array([[0.25, 0.5, 0.125, 0.125]])  # exactly representable in float16
+    base = "no probability quoted: the threshold is an order statistic of the combined score"
+    for rowwise, want in ((True, base + "; op_row_rms_max trips first"), (False, base)):
+        g = _group("softmax", "float16", "*", 100.0, statistic="op_score")
+        g["certificate"] = {"form": "operator", "method": "order_statistic", "rowwise": rowwise,
+                            "normalisers": {"op_row_rms_max": 2.0}, "covariates": [],
+                            "needs_magnitude": False, "guarantee": "PAC: test"}
+        r = check(e.astype(np.float16), e, op="softmax", dtype="float16", table=_table([g], statistic="op_score"),
+                  options=REF)
+        assert r.notes == {"op_score": want, "op_row_rms_max": want}, rowwise
+        assert math.isnan(r.statistics["op_score"]) != rowwise

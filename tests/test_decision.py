@@ -139,3 +139,16 @@ def test_check_runs_compare_and_evaluate_decide_run_by_run_as_check(plain, opera
         np.testing.assert_array_equal(tolstat.check_runs(test, table), by_check, err_msg=str(kw))
         # compare and evaluate count a failure when the ratio exceeds 1
         np.testing.assert_array_equal(~(outcome.ratios > 1.0), by_check, err_msg=str(kw))
+
+
+def test_ratio_to_a_zero_threshold_is_zero_for_exact_results_and_inf_above():
+    """A zero threshold passes only exact results: ``0 / 0 = 0`` (a pass, ``ratio <= 1``),
+    anything above 0 is ``inf`` (a fail), NaN stays NaN; the ratio fails exactly where
+    :func:`~tolstat.calibration.decision.exceeds` does."""
+    from tolstat.calibration.decision import exceeds, ratio
+
+    x = np.array([0.0, -0.0, 5e-324, 1.0, np.inf, np.nan])
+    r = ratio(x, 0.0)
+    np.testing.assert_array_equal(r, [0.0, 0.0, np.inf, np.inf, np.inf, np.nan])
+    np.testing.assert_array_equal(r > 1.0, exceeds(x, 0.0))
+    assert ratio(0.0, 0.0) == 0.0

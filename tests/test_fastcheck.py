@@ -197,3 +197,22 @@ def test_check_of_empty_arrays_is_refused_on_the_fast_path_too():
     t = _table([_group("op", "float32", "*", 1e-3)])  # a max_abs entry: the fast path applies
     with pytest.raises(ValueError, match="empty arrays: nothing to compare"):
         tolstat.check(np.array([], np.float32), np.array([]), op="op", dtype="float32", table=t)
+
+
+def test_fast_scale_check_reports_the_allclose_pair_of_its_covariates():
+    """``(atol, rtol)`` of a scale-model check is ``ToleranceEntry.allclose`` at the run's
+    covariates: the power covariate's factor ``(N / 4) ** 0.5 = 2`` multiplies both."""
+    g = _group("add", "float32", "*", 2.0, statistic="max_score")
+    g["scale"] = {"form": "allclose", "atol": 0.5, "rtol": 0.25, "unit": 1e-3, "linear": {"K": 0.125},
+                  "power": {"N": [0.5, 4.0]}}
+    table = _table([g], statistic="max_score")
+    ent = table.entry("add", "float32")
+    cov = {"K": 8.0, "N": 16.0}
+    e = np.random.default_rng(3).standard_normal(50)
+    a = e.astype(np.float32)
+    fast = fast_check(a, e, ent, cov)
+    assert fast is not None
+    want = ent.allclose(cov)
+    assert want == pytest.approx((2.0 * 1e-3 * (0.5 + 0.125 * 8.0) * 2.0, 2.0 * 1e-3 * 0.25 * 2.0), rel=1e-14)
+    assert (fast.atol, fast.rtol) == want
+    _same(fast, check_metrics(error_metrics(a, e, dtype="float32"), a, e, ent, cov))

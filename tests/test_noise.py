@@ -591,3 +591,18 @@ def test_noise_scale_that_overflows_is_inf_quietly():
         s = noise.noise_scale(e, dtype="float32", K=K)
     assert s[1] == math.inf
     assert s[0] == _scale(e[:1], 2.0 ** -24, float(np.finfo(np.float32).tiny), K=K)[0]
+
+
+@pytest.mark.skipif(np.finfo(np.longdouble).eps == np.finfo(np.float64).eps, reason="long double is double here")
+def test_combined_score_is_computed_in_float64_whatever_the_statistics_dtype():
+    """The one definition of the score, for calibration and check alike: statistics of
+    another dtype (here extended precision) are rounded to float64 first, so the score is
+    the float64 score bit for bit."""
+    from tolstat.measure.noise import combined_score
+
+    x = np.array([1.0, 2.0, 3.0], dtype=np.longdouble) / 7  # not float64 numbers
+    q = {"a": 3.0, "b": 0.7}
+    s, which = combined_score({"a": x, "b": [0.1, np.nan, 5.0]}, q, which=True)
+    s64 = combined_score({"a": x.astype(np.float64), "b": np.array([0.1, np.nan, 5.0])}, q)
+    assert s.dtype == np.float64 and s.tobytes() == s64.tobytes()
+    assert which.tolist() == ["b", "a", "b"]

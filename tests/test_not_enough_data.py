@@ -79,3 +79,17 @@ def test_provenance_records_the_options(small):
     assert TailOptions(**s["tail"]) == TailOptions(min_tail_runs=20)
     assert tolstat.models.ScaleOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in s["scale"].items()}) \
         == tolstat.models.ScaleOptions(quantile=0.9)
+
+
+def test_auto_refusal_names_the_model_based_method_and_the_pooling_default():
+    x = np.random.default_rng(0).exponential(size=40)
+    want = ("the order statistic needs n >= 2995 runs for budget 0.001 at confidence 0.95 "
+            "(n >= ln(1-confidence)/ln(1-budget)); have n = 40")
+    with pytest.raises(NotEnoughData) as ei:
+        calibrate(x, 0.001, 0.95)  # method="auto"
+    assert str(ei.value) == want + ("; method='evt' (SelectOptions(method='evt') in select) gives a model-based "
+                                    "bound (no finite-sample guarantee), or use the default form='auto' of select, "
+                                    "which pools exchangeable groups")
+    with pytest.raises(NotEnoughData) as ei:
+        calibrate(x, 0.001, 0.95, method="order_statistic")  # asked for: no alternative offered
+    assert str(ei.value) == want

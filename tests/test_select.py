@@ -460,3 +460,34 @@ def test_rules_and_shift_pass_select_settings_as_select_options():
         "form": "allclose", "options": SelectOptions(method="evt", seed=2, scale=opts)}
     assert _select_kwargs({"options": SelectOptions(seed=5), "pooling": False}) == {
         "options": SelectOptions(seed=5, pooling=False)}
+
+
+@pytest.fixture(scope="module")
+def one_far_run():
+    """300 correct fp16 runs (with magnitudes: the operator statistics) of which run 7 has
+    1e4 times the usual error: it sets the threshold of every form at budget 0.01."""
+    rng = np.random.default_rng(0)
+    pairs = []
+    for i in range(300):
+        e = rng.standard_normal(32)
+        d = rng.standard_normal(32) * 2.0 ** -11 * np.abs(e) * (1e4 if i == 7 else 1.0)
+        pairs.append(((e + d).astype(np.float16), e, np.abs(e)))
+    return tolstat.from_pairs(pairs, op="mm", dtype="float16", options=tolstat.CollectOptions(progress=False))
+
+
+@pytest.mark.parametrize("form", ["operator", "allclose", None])
+def test_select_options_accept_outliers_holds_for_every_form(one_far_run, form):
+    import warnings
+
+    from tolstat.calibration.certificate import OutlierRunWarning
+
+    def flags(table):
+        (group,) = table.groups
+        return set(table.entry(*group).certificate["flags"])
+
+    with pytest.warns(OutlierRunWarning):
+        assert "outlier" in flags(tolstat.select(one_far_run, fp_budget=0.01, form=form))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OutlierRunWarning)
+        table = tolstat.select(one_far_run, fp_budget=0.01, form=form, options=SelectOptions(accept_outliers=True))
+    assert "outlier_accepted" in flags(table) and "outlier" not in flags(table)

@@ -146,3 +146,51 @@ def test_cli_calibrate_default_and_check_magnitude(ds, tmp_path, capsys):
     rc = main(["check", str(tmp_path / "a.npy"), str(tmp_path / "e.npy"), "--op", "rowsum", "--dtype", "float16",
                "--table", str(out), "--hardware-policy", "pooled", "--magnitude", str(tmp_path / "m.npy")])
     assert rc in (0, 1) and "op_score" in capsys.readouterr().out
+
+
+def _mostly_exact_rowsums(op: str, n: int, seed: int):
+    """``n`` fp16 row sums, correctly rounded except about 15% of the runs, one element of
+    which is one ULP off (the operator statistics are 0 for the exact runs)."""
+    rng = np.random.default_rng(seed)
+    pairs = []
+    for _ in range(n):
+        x = rng.standard_normal((8, 32))
+        e = x.sum(axis=1)
+        a = e.astype(np.float16)
+        if rng.random() < 0.15:
+            j = int(rng.integers(8))
+            a[j] = np.nextafter(a[j], np.float16(np.inf if e[j] > a[j] else -np.inf))
+        pairs.append((a, e, np.abs(x).sum(axis=1)))
+    return tolstat.from_pairs(pairs, op=op, dtype="float16", options=tolstat.CollectOptions(progress=False))
+
+
+def test_operators_of_one_law_refused_by_the_own_normaliser_pool_pool_on_shared_normalisers_at_the_budget():
+    """Ten names of one kernel, 30 runs each, few of them inexact: each group has too few
+    positive scores for the own-normaliser pool of a table of several operators, so it is
+    pooled with shared normalisers instead, at the requested budget and confidence, and its
+    certificate says so (exchangeability tested twice)."""
+    from tolstat.models.estimators.orderstat import order_statistic_rank
+
+    ops = [f"k{i}" for i in range(10)]
+    ds = _mostly_exact_rowsums("k", 300, 0).assign_coords(op=("run", np.repeat(ops, 30)))
+    table = tolstat.select(ds, fp_budget=0.05)
+    for op in ops:
+        e = table.entry(op, "float16")
+        c, cal = e.certificate, e.statistics["op_score"]
+        assert c["method"] == cal.method == "pooled_order_statistic", (op, c["reason"])
+        assert "; own-normaliser pool refused: " in c["reason"] and "twice pool_alpha" in c["guarantee"]
+        assert "normalisers shared by the pool" in c["reason"]
+        assert "the check of a new correct run fails is <= 0.05" in c["guarantee"] and cal.budget == 0.05
+        assert c["rank"] == int(order_statistic_rank(c["n_scores"], 0.95, 0.95)[0])
+
+
+def test_operator_table_records_its_magnitude_convention_and_check_holds_to_it(ds, table):
+    """The runs' magnitudes were given as arrays: the certificate records ``given`` (the
+    dataset's convention), so a check on the other scale, ``|expected|``, is refused."""
+    assert ds["op_max"].attrs["magnitude"] == "given"
+    assert table.entry("rowsum", "float16").certificate["magnitude"] == "given"
+    a, e, m = _rowsum(np.random.default_rng(1))
+    with pytest.raises(ValueError, match="another scale"):
+        tolstat.check(a, e, op="rowsum", dtype="float16", table=table, options=tolstat.CheckOptions(magnitude="ref"))
+    assert tolstat.check(a, e, op="rowsum", dtype="float16", table=table,
+                         options=tolstat.CheckOptions(magnitude=m)).passed

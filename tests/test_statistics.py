@@ -365,3 +365,17 @@ def test_a_registered_run_statistic_is_checked_with_the_check_covariates_and_dty
         res = tolstat.check(k, r, op="mul3", dtype="float16", table=t, covariates={"w": w})
         assert res.statistics[name] == 2.0 * w * d
         assert res.passed == passes and (name in res.failed) == (not passes)
+
+
+def test_bias_score_is_the_float64_formula_whatever_the_dtype_of_the_element_count():
+    """``sqrt(N) * |mean(d)| / mean(|d|)`` in float64: an element count held in a narrow
+    dtype (a float32 or int16 column, a uint8 count) gives the same score as an int."""
+    want = math.sqrt(3.0) * 0.5 / 1.0
+    assert statistics.bias_score(-0.5, 1.0, 3) == want
+    for n in (np.float32(3), np.int16(3)):
+        got = statistics.bias_score(-0.5, 1.0, n)
+        assert got.dtype == np.float64 and got == want, n.dtype
+    got = statistics.bias_score(-0.5, 1.0, np.array([3, 200], dtype=np.uint8))
+    np.testing.assert_array_equal(got, [want, math.sqrt(200.0) * 0.5])
+    # all errors 0: 0; a non-finite mean error: inf
+    np.testing.assert_array_equal(statistics.bias_score([0.0, 0.5], [0.0, np.inf], np.int16(4)), [0.0, np.inf])

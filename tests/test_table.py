@@ -422,3 +422,18 @@ def test_netcdf_table_stores_each_group_checksum_along_the_group_dimension(tmp_p
                   str(ds["checksum"].values[i]) for i in range(ds.sizes["group"])}
     assert stored == by_group and len(set(stored.values())) == 3
     assert tolstat.load_table(tmp_path / "t.nc").groups == t.groups
+
+
+def test_an_edited_table_names_up_to_five_edited_groups_and_counts_the_rest(tmp_path):
+    _table([_group("mm", "float32", f"hw{i}", 1.0 + i) for i in range(7)]).to_json(tmp_path / "t.json")
+    names = [f"('mm', 'float32', 'hw{i}')" for i in range(7)]
+    for k, what in [(1, f"group {names[0]} was"), (5, "groups " + ", ".join(names[:5]) + " were"),
+                    (7, "groups " + ", ".join(names[:5]) + " and 2 more were")]:
+        doc = json.loads((tmp_path / "t.json").read_text())
+        for g in doc["groups"][:k]:
+            g["statistics"]["max_abs"]["threshold"] *= 2
+        (tmp_path / "e.json").write_text(json.dumps(doc))
+        with pytest.raises(ValueError) as exc:
+            load_table(tmp_path / "e.json")
+        assert str(exc.value).startswith(f"tolerance table {str(tmp_path / 'e.json')!r}: {what} edited after it was "
+                                         "saved: the stored fields"), (k, str(exc.value))
