@@ -182,6 +182,7 @@ FILES = {"nc": "e.nc", "zarr": "e.zarr", "json": "t.json", "tnc": "t.nc", "recor
          "record_zarr": "rec.zarr"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", list(FILES))
 def test_kill9_never_loses_the_file(helper, tmp_path, kind):
     path = tmp_path / FILES[kind]
@@ -208,6 +209,7 @@ def test_kill9_never_loses_the_file(helper, tmp_path, kind):
     assert mid_write >= 1, "no kill landed inside a write: the test did not exercise the window"
 
 
+@pytest.mark.slow
 def test_kill9_store_resumes_complete(helper, tmp_path):
     m = helper.module
     expected = tolstat.collect(m.kernel, m.reference, m.make, **m.STORE_KW)
@@ -227,6 +229,7 @@ def test_kill9_store_resumes_complete(helper, tmp_path):
         assert _temporaries(tmp_path) == [], (done, _temporaries(tmp_path))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["nc", "zarr", "json", "tnc"])
 def test_concurrent_writers_reader_never_sees_a_torn_file(helper, tmp_path, kind):
     path = tmp_path / FILES[kind]

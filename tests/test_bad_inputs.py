@@ -9,7 +9,6 @@ identity, the CLI and the pytest plugin (see ``docs/errors.md``).
 from __future__ import annotations
 
 import json
-import os
 import warnings
 
 import ml_dtypes

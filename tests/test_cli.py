@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 import tolstat
 from tolstat.cli.main import main
 
 
+@pytest.mark.slow
 def test_demo_and_summary(tmp_path, capsys):
     out = tmp_path / "demo.nc"
     assert main(["demo", "--runs", "4", "-o", str(out)]) == 0

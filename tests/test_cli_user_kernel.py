@@ -186,6 +186,7 @@ def test_dlpack_refuses_non_low_precision_codes():
         from_dlpack_lowp(np.zeros(3, np.int32), name="x")
 
 
+@pytest.mark.slow
 def test_import_does_not_need_fcntl():
     code = ("import sys; sys.modules['fcntl'] = None\n"
             "import tolstat, tolstat.dataset.stream\nprint('ok')")

@@ -206,6 +206,7 @@ def test_results_round_trip(tmp_path, result):
     assert not list(tmp_path.glob(".*tmp"))
 
 
+@pytest.mark.slow
 def test_plots_written(tmp_path, result):
     pytest.importorskip("matplotlib")
     from tolstat.cli.plots import plot_compare

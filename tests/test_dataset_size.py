@@ -160,6 +160,7 @@ def _check_bounded(full: xr.Dataset, small: xr.Dataset, tmp_path: Path, budget: 
     return info["bytes"]
 
 
+@pytest.mark.slow
 def test_save_is_lossless_and_smaller_same_tables(tmp_path: Path) -> None:
     _check_lossless(_dataset(120), tmp_path, 0.1, FAST_FORMS)
 

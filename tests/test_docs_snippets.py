@@ -64,8 +64,21 @@ def test_snippet_parser(tmp_path):
         snippets(md)
 
 
-@pytest.mark.parametrize("path", [p for p in doc_files() if any(b[2] for b in snippets(p))],
-                         ids=lambda p: str(p.relative_to(ROOT)))
+#: guides whose snippets take several seconds (whole collect/compare/shift runs): behind
+#: the ``slow`` marker, which CI runs
+SLOW_DOCS = {"README.md", "docs/compare.md", "docs/shift.md"}
+
+
+def _doc_params() -> list:
+    out = []
+    for p in doc_files():
+        if any(b[2] for b in snippets(p)):
+            rel = str(p.relative_to(ROOT))
+            out.append(pytest.param(p, id=rel, marks=[pytest.mark.slow] if rel in SLOW_DOCS else []))
+    return out
+
+
+@pytest.mark.parametrize("path", _doc_params())
 def test_snippets_run(path, tmp_path, monkeypatch):
     blocks = [b for b in snippets(path) if b[2]]
     if any(re.search(r"^\s*(import|from) torch\b", code, re.M) for _, code, _ in blocks):

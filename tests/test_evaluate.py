@@ -121,6 +121,7 @@ def test_cli_evaluate_too_few_calibration_runs(tmp_path, capsys):
     assert "tolstat max_abs" in doc["skipped_methods"]
 
 
+@pytest.mark.slow
 def test_cli_evaluate_shift_against_an_error_dataset(tmp_path, capsys):
     args = ["evaluate", "--quick", "--n-cal", "5", "--n-test", "1", "--ops", "gelu", "--no-plots", "--no-progress"]
     assert main(args + ["-o", str(tmp_path / "a")]) == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import xarray as xr
 
 import tolstat
@@ -47,6 +48,7 @@ def test_calibration_dataset_equals_concat_of_parts():
     assert tolstat.dataset.validate(new, deep=True) is new  # raises if the concatenation is not a valid dataset
 
 
+@pytest.mark.slow
 def test_heldout_datasets_equal_concat_of_parts():
     cfg = EvalConfig.preset("tiny", ops=OPS, n_test=2)
     ctrl, bug = [], []
@@ -69,6 +71,7 @@ def test_sample_sink_grows_beyond_its_plan():
     np.testing.assert_array_equal(out["sample_abs"].values, ref["sample_abs"].values)
 
 
+@pytest.mark.slow
 def test_streamed_scores_equal_calibrate_and_score_on_all_checks():
     # evaluate scores each held-out (op, dtype) as it is made: the same numbers as the
     # per-fold core on the concatenated held-out datasets (the definition)

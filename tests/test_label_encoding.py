@@ -67,6 +67,7 @@ def _labels(ds: xr.Dataset, names: tuple[str, ...]) -> dict[str, list[str]]:
 NAMES = ("op", "hardware", "shape", "platform", "test")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("src", EXTS)
 @pytest.mark.parametrize("dst", EXTS)
 @pytest.mark.parametrize("combine", ["concat", "merge_records"])
@@ -83,6 +84,7 @@ def test_labels_round_trip_exactly_after_combining_opened_files(tmp_path, src, d
     assert "layer_norm" in want["op"] and UNICODE in want["test"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("src", EXTS)
 @pytest.mark.parametrize("dst", EXTS)
 def test_labels_round_trip_exactly_through_the_merge_command(tmp_path, src, dst, capsys):
@@ -101,6 +103,7 @@ def test_labels_round_trip_exactly_through_the_merge_command(tmp_path, src, dst,
     assert want["variant"][-1] == f"split-k-{UNICODE}-" + "x" * 40
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("src", EXTS)
 def test_long_labels_first_then_short_round_trip(tmp_path, src):
     a = _reopened(_long(), tmp_path / f"a.{src}")

@@ -36,6 +36,7 @@ def test_pytest_plugin_module_loads_no_heavy_module():
     assert out.stdout.strip() == "False"  # not even numpy: pytest start-up pays nothing for it
 
 
+@pytest.mark.slow
 def test_a_public_name_loads_its_module_on_first_use():
     loaded = _loaded_after("import tolstat; tolstat.ToleranceTable")
     assert "xarray" in loaded  # the table's netCDF IO: the lazy path really imports it

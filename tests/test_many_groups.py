@@ -1,7 +1,6 @@
 """Cost linear in the number of groups: a table of pooled groups records each pool once,
 and the pool tests do not rebuild the rest of the pool for each member."""
 
-import json
 
 import numpy as np
 import pytest
@@ -32,7 +31,7 @@ def tables(tmp_path_factory):
 
 
 def test_a_table_of_pooled_groups_grows_linearly_with_its_groups(tables):
-    (t40, p40), (t80, p80) = tables[40], tables[80]
+    (t40, p40), (_, p80) = tables[40], tables[80]
     assert all(t40.entry(f"op{i}", "fp16").statistics["max_score"].method == "pooled_order_statistic"
                for i in range(40))
     ratio = p80.stat().st_size / p40.stat().st_size

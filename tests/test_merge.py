@@ -94,6 +94,7 @@ def test_merge_errors():
         merge_records([cal, clash])
 
 
+@pytest.mark.slow
 def test_cli_merge(tmp_path, capsys):
     from tolstat.cli.main import main
 

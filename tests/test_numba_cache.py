@@ -73,6 +73,7 @@ def test_install_is_idempotent():
     assert sum(c.__name__ == "TolstatCacheLocator" for c in before) == 1
 
 
+@pytest.mark.slow
 def test_a_fresh_process_writes_its_cache_to_the_user_folder(tmp_path):
     code = textwrap.dedent("""
         import numpy as np
@@ -119,6 +120,7 @@ for name in sys.argv[1:]:
 """
 
 
+@pytest.mark.slow
 def test_kernels_cached_by_different_processes_load_together(tmp_path):
     """Two processes each compile one kernel first (same numba state, so without unique ids
     the sort and the argsort helpers get the same names); a third loads both from the

@@ -13,12 +13,14 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import pytest
 
 from tolstat.calibration.engine import certify
 
 REPS, UNITS, GROUPS = 12, 100, 10
 
 
+@pytest.mark.slow
 def test_pool_test_refuses_a_heavier_tailed_group_among_light_ones():
     rng = np.random.default_rng(11)
     labels = np.repeat([f"g{g}" for g in range(GROUPS)], UNITS)

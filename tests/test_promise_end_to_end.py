@@ -53,6 +53,7 @@ def test_default_select_keeps_budget_on_fresh_runs_light_tails():
     _assert_keeps_promise(_cells("light_plain_300")["default"])
 
 
+@pytest.mark.slow
 def test_single_plain_group_of_300_runs_is_not_refused():
     """300 independent runs suffice for 1% at 95% (ln(0.05)/ln(0.99) = 298.1): no refusal."""
     c = _cells("light_plain_300")["default"]
@@ -68,6 +69,7 @@ def test_exact_duplicate_runs_do_not_break_the_budget():
     assert not c.accepted or c.violation_rate <= c.limit + c.inflation, c.summary()
 
 
+@pytest.mark.slow
 def test_three_copies_of_150_runs_are_refused_at_1pct():
     """150 distinct runs are fewer than the 299 the order statistic needs: refused, copies or not."""
     c = _cells("duplicates_450")["default"]
@@ -90,6 +92,7 @@ def test_operator_path_keeps_budget_on_fresh_runs(form):
     _assert_keeps_promise(_cells("light_operator_300")[form])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", ["default", "operator"])
 def test_single_operator_group_of_300_runs_is_not_refused(form):
     c = _cells("light_operator_300")[form]
@@ -106,7 +109,7 @@ def test_ten_exchangeable_groups_of_30_runs_get_thresholds(path):
     assert c.refused == 0, c.summary()
 
 
-@pytest.mark.parametrize("path", ["plain", "operator"])
+@pytest.mark.parametrize("path", ["plain", pytest.param("operator", marks=pytest.mark.slow)])
 def test_pooled_thresholds_keep_budget_on_fresh_runs(path):
     c = _cells(f"pooled_{path}_10x30")["default"]
     _assert_keeps_promise(c)

@@ -146,7 +146,6 @@ def test_default_select_pools_different_operators_in_their_own_units():
     33 units are noisy) and its promise holds (truth known)."""
     draw, sf, _ = FAMILIES["light (half-normal)"]
     scales = np.linspace(0.5, 5.0, 10)
-    base = _template(100, 10, 0)
     ops = np.repeat([f"op{j}" for j in range(10)], 100).astype(str)
     rng = np.random.default_rng(11)
     acc = viol = refused = 0

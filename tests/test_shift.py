@@ -190,6 +190,7 @@ def test_bad_arguments(a, b_same):
         tolstat.shift(a, {"max_abs": 1})
 
 
+@pytest.mark.slow
 def test_cli_shift(a, b_same, tmp_path, capsys):
     pa, pb, out = tmp_path / "a.nc", tmp_path / "b.nc", tmp_path / "rep.json"
     tolstat.save(a, pa)

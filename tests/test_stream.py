@@ -184,6 +184,7 @@ def test_kill_and_resume(kernels, expected, tmp_path, mode, at):
     _same(expected, ds)
 
 
+@pytest.mark.slow
 def test_refuses_different_arguments(kernels, tmp_path):
     _, k = kernels
     store = tmp_path / "d.zarr"
@@ -229,6 +230,7 @@ def test_torn_log_line_is_ignored(kernels, expected, tmp_path):
     _same(expected, ds)
 
 
+@pytest.mark.slow
 def test_topk_on_streamed_store(kernels, expected, tmp_path):
     from tolstat.models.estimators import tail
 
@@ -278,6 +280,7 @@ def _mm_make_failing(rng):
     tolstat.CollectOptions(magnitude=_mm_magnitude, sample_size=16, progress=False),
     tolstat.CollectOptions(magnitude="ref", rowwise=True, sample_size=16, progress=False),
 ], ids=["callable", "ref-rowwise"])
+@pytest.mark.slow
 def test_store_with_operator_statistics_equals_collect(tmp_path, options):
     want = tolstat.collect(_mm_kernel, _mm_reference, _mm_make, **MM_KW, options=options)
     op_vars = sorted(v for v in want.data_vars if want[v].attrs.get("role") == "op_statistic")
@@ -293,6 +296,7 @@ def test_store_with_operator_statistics_equals_collect(tmp_path, options):
         "ref" if options.magnitude == "ref" else "_mm_magnitude")
 
 
+@pytest.mark.slow
 def test_store_with_operator_statistics_resumes(tmp_path):
     options = tolstat.CollectOptions(magnitude=_mm_magnitude, sample_size=16, progress=False)
     want = tolstat.collect(_mm_kernel, _mm_reference, _mm_make, **MM_KW, options=options)
@@ -314,6 +318,7 @@ def test_store_with_operator_statistics_resumes(tmp_path):
     assert len(_MM_CALLS) == 3  # only the missing runs
 
 
+@pytest.mark.slow
 def test_store_refuses_a_different_magnitude(tmp_path):
     store = tmp_path / "m.zarr"
     opts = tolstat.CollectOptions(magnitude=_mm_magnitude, sample_size=16, progress=False)

@@ -168,6 +168,7 @@ def _crash_and_resume(monkeypatch, unfinalized: Path, finished, expected, at: in
     shutil.rmtree(store)
 
 
+@pytest.mark.slow
 def test_a_crash_while_finalizing_resumes_and_completes(monkeypatch, unfinalized, finished, expected):
     """The first mutations of finalizing (staging and swapping the first label) and a
     stride through the rest, up to the last (the manifest marked complete); every point is
