@@ -622,3 +622,17 @@ def test_own_pool_refuses_a_group_whose_level_cannot_be_bounded_by_name():
     err = res.refused["sparse"]
     assert err.group == "sparse" and str(err).startswith("group sparse: 67 calibration units < 299 needed")
     assert "too few inexact units to bound its level" in str(err)
+
+
+
+def test_unit_values_are_float64_whatever_the_dtype_of_the_statistics():
+    """collapse reads float32 and integer statistics as float64 (Units.values' dtype), and
+    certify certifies them exactly as their float64 values."""
+    x = (np.random.default_rng(8).exponential(size=(600, 2)) * 0.1).astype(np.float32)
+    for stats in ({"a": x[:, 0], "b": x[:, 1]}, {"n": np.arange(5, dtype=np.int64)}):
+        u = collapse(stats)
+        assert u.values.dtype == np.float64
+        np.testing.assert_array_equal(u.values, np.column_stack([np.asarray(v, np.float64) for v in stats.values()]))
+    want = certify({"a": x[:, 0].astype(np.float64), "b": x[:, 1].astype(np.float64)}, fp_budget=0.01)["all"]
+    got = certify({"a": x[:, 0], "b": x[:, 1]}, fp_budget=0.01)["all"]
+    assert got.threshold == want.threshold and got.normalisers == want.normalisers

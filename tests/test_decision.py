@@ -152,3 +152,21 @@ def test_ratio_to_a_zero_threshold_is_zero_for_exact_results_and_inf_above():
     np.testing.assert_array_equal(r, [0.0, 0.0, np.inf, np.inf, np.inf, np.nan])
     np.testing.assert_array_equal(r > 1.0, exceeds(x, 0.0))
     assert ratio(0.0, 0.0) == 0.0
+
+
+def test_ratio_of_a_huge_score_to_a_tiny_threshold_is_inf_without_a_warning():
+    """``x / thr`` that overflows is a failed check (``inf``), from the array ratio (what
+    compare and evaluate score) as from the scalar one (what check reports), and neither
+    warns: a suite run with warnings as errors does not error on a far-off output."""
+    import warnings
+
+    from tolstat.calibration.decision import exceeds, ratio, ratio_value
+
+    x = np.array([1e300, 1e-300, np.inf, 0.0, np.nan])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = ratio(x, 1e-300)
+        v = [ratio_value(xi, 1e-300) for xi in x]
+    np.testing.assert_array_equal(r, [np.inf, 1.0, np.inf, 0.0, np.nan])
+    np.testing.assert_array_equal(r, v)
+    np.testing.assert_array_equal(r > 1.0, exceeds(x, 1e-300))
