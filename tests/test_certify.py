@@ -624,7 +624,6 @@ def test_own_pool_refuses_a_group_whose_level_cannot_be_bounded_by_name():
     assert "too few inexact units to bound its level" in str(err)
 
 
-
 def test_unit_values_are_float64_whatever_the_dtype_of_the_statistics():
     """collapse reads float32 and integer statistics as float64 (Units.values' dtype), and
     certify certifies them exactly as their float64 values."""

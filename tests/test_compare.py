@@ -9,6 +9,7 @@ import pytest
 import xarray as xr
 
 import tolstat
+from kernel_helpers import fp16_block_matmul
 from tolstat.assess.comparison import CompareResult, compare
 from tolstat.assess.folds import assign_folds
 from tolstat.assess.rules import StudyRule, calibrate_and_score, make_rule
@@ -288,13 +289,7 @@ def test_dataset_scores_equal_check_on_raw_outputs(options):
             x = rng.standard_normal((8, k)) * float(rng.choice([1.0, 10.0]))
             w = rng.standard_normal((k, 8))
             e = x.astype(np.float16).astype(np.float64) @ w.astype(np.float16).astype(np.float64)
-            # float16 partial sums over blocks of 16 of K, each block summed exactly: the same
-            # rounding on every machine (K=16 correctly rounded, 64 and 256 not); a float32
-            # BLAS product rounds correctly nearly always on some CPU kernels
-            x64, w64 = x.astype(np.float16).astype(np.float64), w.astype(np.float16).astype(np.float64)
-            a = np.zeros((8, 8), np.float16)
-            for k0 in range(0, k, 16):
-                a = (a.astype(np.float64) + x64[:, k0:k0 + 16] @ w64[k0:k0 + 16]).astype(np.float16)
+            a = fp16_block_matmul(x, w)  # the same rounding on every machine
             out.append((a, e, {}, {"K": k}))
         return out
 

@@ -1,7 +1,6 @@
 """Cost linear in the number of groups: a table of pooled groups records each pool once,
 and the pool tests do not rebuild the rest of the pool for each member."""
 
-
 import numpy as np
 import pytest
 

@@ -19,6 +19,7 @@ import pytest
 import xarray as xr
 
 import tolstat
+from kernel_helpers import fp16_block_matmul
 from table_helpers import group as _group, table as _table
 from tolstat.cli.main import main
 
@@ -27,14 +28,7 @@ OP = "matmul"
 
 
 def _kernel(a, b):
-    """float16 partial sums over blocks of 16 of K, each block summed exactly: the same
-    rounding on every machine (a float32 BLAS product rounds differently per CPU kernel,
-    nearly always correctly on some, which leaves normalisers near zero)."""
-    a, b = a.astype(np.float16).astype(np.float64), b.astype(np.float16).astype(np.float64)
-    acc = np.zeros((a.shape[0], b.shape[1]), np.float16)
-    for k0 in range(0, a.shape[1], 16):
-        acc = (acc.astype(np.float64) + a[:, k0:k0 + 16] @ b[k0:k0 + 16]).astype(np.float16)
-    return acc
+    return fp16_block_matmul(a, b)  # the same rounding on every machine
 
 
 def _reference(a, b):

@@ -79,7 +79,8 @@ class Units:
     Attributes
     ----------
     values : numpy.ndarray of float64, shape (n_units, n_statistics)
-        Per-unit statistics, read as float64 whatever the statistics' dtype (a cluster's per-statistic maximum; NaN = not applicable).
+        Per-unit statistics, read as float64 whatever the statistics' dtype (a cluster's
+        per-statistic maximum; NaN = not applicable).
     names : tuple of str
         Statistic names (columns of ``values``).
     n_runs : int
