@@ -84,7 +84,8 @@ def _gather_groups(vals, order, starts, grid):
             row[j] = np.nan
 
 
-def group_values(errors: xr.Dataset, statistic: str = "max_abs") -> tuple[xr.DataArray, xr.DataArray]:
+def group_values(errors: xr.Dataset, statistic: str = "max_abs", *,
+                 sort: bool = True) -> tuple[xr.DataArray, xr.DataArray]:
     """The chosen statistic as a NaN-padded DataArray (op, dtype, hardware, obs).
 
     Parameters
@@ -95,6 +96,10 @@ def group_values(errors: xr.Dataset, statistic: str = "max_abs") -> tuple[xr.Dat
         Run-level (``max_abs``, ``max_ulp``, ``max_rel``, ``mean_abs``: one value per
         run) or element-wise (``sample_abs``, ``sample_ulp``, ``sample_rel`` =
         ``sample_abs / max(sample_ref, rel_floor)``: the run's samples, flattened).
+    sort : bool, default True
+        Group labels in sorted order. ``False``: in the order of their first appearance
+        where the runs are grouped in that order (then the values are a view of the
+        dataset's, not a copy), sorted otherwise.
 
     Returns
     -------
@@ -104,6 +109,11 @@ def group_values(errors: xr.Dataset, statistic: str = "max_abs") -> tuple[xr.Dat
     present : DataArray of bool (op, dtype, hardware)
         Whether the group has runs in the dataset (absent groups are all NaN).
     """
+    return _grouped(errors, _values(errors, statistic), statistic, sort=sort, negatives=True)
+
+
+def _values(errors: xr.Dataset, statistic: str) -> np.ndarray:
+    """The (runs, width) float64 values of ``statistic`` (a view where the dataset holds them so)."""
     if statistic not in FIT_STATISTICS:
         raise ValueError(f"statistic must be one of {FIT_STATISTICS}, got {statistic!r}")
     for d in GROUP_DIMS:
@@ -131,8 +141,33 @@ def group_values(errors: xr.Dataset, statistic: str = "max_abs") -> tuple[xr.Dat
             vals = np.asarray(errors["sample_abs"].values, dtype=np.float64) / np.maximum(ref, floor)
         else:
             vals = np.asarray(errors[statistic].transpose("run", "sample").values, dtype=np.float64)
-    if vals.shape[0] and _count_negative(vals.reshape(-1)) > 0:
-        raise ValueError(f"{statistic} has negative values; error metrics must be nonnegative")
+    return vals
+
+
+def _negative_error(statistic: str) -> ValueError:
+    return ValueError(f"{statistic} has negative values; error metrics must be nonnegative")
+
+
+def _appearance_order(uniq: list, shape: tuple, gid: np.ndarray) -> tuple[list, np.ndarray]:
+    """Each label's levels in the order of first appearance, and the group ids in that order."""
+    codes = np.unravel_index(gid, shape)
+    levels, recoded = [], []
+    for lev, c in zip(uniq, codes):
+        _, first = np.unique(c, return_index=True)
+        order = c[np.sort(first)]
+        rank = np.empty(len(lev), np.int64)
+        rank[order] = np.arange(order.size)
+        levels.append(lev[order])
+        recoded.append(rank[c])
+    return levels, np.ravel_multi_index(recoded, shape)
+
+
+def _grouped(errors: xr.Dataset, vals: np.ndarray, statistic: str, *, sort: bool,
+             negatives: bool) -> tuple[xr.DataArray, xr.DataArray]:
+    """:func:`group_values` of the values ``vals`` (runs, width); ``negatives=False``
+    leaves the check for negative values to the caller."""
+    if negatives and vals.shape[0] and _count_negative(vals.reshape(-1)) > 0:
+        raise _negative_error(statistic)
 
     groups = group_rows([np.asarray(errors[d].values).astype(str) for d in GROUP_DIMS])
     uniq, shape, gid = groups.levels, groups.shape, groups.flat
@@ -141,8 +176,13 @@ def group_values(errors: xr.Dataset, statistic: str = "max_abs") -> tuple[xr.Dat
     present = counts > 0
     width = vals.shape[1]
     nobs = int(counts.max()) * width if G else 0
-    contiguous = np.all(np.diff(gid) >= 0)
-    if present.all() and contiguous and np.all(counts == counts[0]) and vals.flags.c_contiguous:
+    contiguous = bool(np.all(np.diff(gid) >= 0))
+    viewable = present.all() and np.all(counts == counts[0]) and vals.flags.c_contiguous
+    if viewable and not contiguous and not sort:
+        levels, gid2 = _appearance_order(uniq, shape, gid)
+        if np.all(np.diff(gid2) >= 0):
+            uniq, contiguous = levels, True
+    if viewable and contiguous:
         grid = vals.reshape(shape + (nobs,))  # a view: no copy
     else:
         grid = np.empty((G, nobs))
@@ -220,28 +260,49 @@ def fit(errors: xr.Dataset, *, method: str, statistic: str = "max_abs", chunks: 
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    da, present = group_values(errors, statistic)
+    vals = _values(errors, statistic)
     known = _DEFAULTS[method]
     unknown = set(options) - set(known)
     if unknown:
         raise ValueError(f"unknown option(s) {sorted(unknown)} for method {method!r}; known: {sorted(known)}")
     settings = {**known, **options}
+    one_read = method == "gpd" and chunks is None and _pot_args_ok(settings)
+    # the kernels fit each group on its own: group labels in dataset order keep the values a
+    # view (the result is sorted below); bootstrap and the error messages of the others keep
+    # the sorted order
+    sort = method not in ("empirical", "gpd")
+    da, present = _grouped(errors, vals, statistic, sort=sort, negatives=not one_read)
     if chunks is not None:
         bad = set(chunks) - set(GROUP_DIMS)
         if bad:
             raise ValueError(f"chunk only along {GROUP_DIMS} (never along obs), got {sorted(bad)}")
         da = da.chunk({**chunks, "obs": -1})
+    gathered = None
+    if one_read:
+        # long groups: the counts, the checks and the tail in one read (_evt.pot_one_read)
+        grid = np.asarray(da.values).reshape(-1, da.sizes["obs"])
+        if grid.shape[1] >= _evt._POT_RADIX_MIN_N:
+            gathered = _evt.pot_one_read(np.ascontiguousarray(grid), float(settings["tail_fraction"]))
+            if gathered[1].any():
+                raise _negative_error(statistic)
+        elif grid.size and _count_negative(grid.reshape(-1)) > 0:
+            raise _negative_error(statistic)
     # counts are cheap and needed for validation
-    n = _n_valid(np.asarray(da.data if chunks is None else da.values))
+    if gathered is not None:
+        n = gathered[0].reshape(present.shape)
+    else:
+        n = _n_valid(np.asarray(da.data if chunks is None else da.values))
     empty = present.values & (n == 0)
     if empty.any():
         raise ValueError(f"group ({_group_name(present, int(np.flatnonzero(empty.ravel())[0]))}) exists "
                          f"but has no valid {statistic} values (empty or all NaN)")
-    ctx = _FitContext(da, present, n, chunks, settings, statistic, method)
+    ctx = _FitContext(da, present, n, chunks, settings, statistic, method, gathered)
     data_vars, coords = _FITTERS[method](ctx)
     data_vars["n"] = xr.DataArray(n.astype(np.int64), dims=GROUP_DIMS, coords=present.coords)
     data_vars["present"] = present
     ds = xr.Dataset(data_vars, coords=coords)
+    if not sort:
+        ds = ds.sortby(list(GROUP_DIMS))
     ds["threshold"].attrs["long_name"] = f"{method} tolerance for {statistic}"
     ds.attrs.update(
         method=method,
@@ -277,6 +338,8 @@ class _FitContext:
     settings: dict[str, Any]
     statistic: str
     method: str
+    #: the one-read result of :func:`tolstat.models.estimators.evt.pot_one_read` (gpd, long groups)
+    gathered: tuple | None = None
 
     def apply(self, fn: Any, out_core: list, sizes: dict | None = None, args: tuple = (),
               da: xr.DataArray | None = None) -> Any:
@@ -331,11 +394,23 @@ def _fit_rank(ctx: _FitContext) -> _Fitted:
     return {"threshold": out, "rank": r_da.where(pos, 0)}, {}
 
 
+def _pot_args_ok(settings: dict[str, Any]) -> bool:
+    """Whether the gpd settings are valid (else :func:`_fit_gpd` raises their error in its turn)."""
+    try:
+        _evt._check_pot_args(float(settings["q"]), float(settings["tail_fraction"]),
+                             int(settings["min_exceedances"]))
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
 def _fit_gpd(ctx: _FitContext) -> _Fitted:
     mexc = int(ctx.settings["min_exceedances"])
     ctx.require(ctx.n, mexc + 1, lambda k: f"n = {k} values, too few for a POT/GPD fit with "
                                            f"min_exceedances={mexc}")
-    if _any_inf(np.asarray(ctx.da.values).reshape(-1)):
+    has_inf = (bool(ctx.gathered[2].any()) if ctx.gathered is not None
+               else _any_inf(np.asarray(ctx.da.values).reshape(-1)))
+    if has_inf:
         raise ValueError(f"{ctx.statistic} has infinite values (non-finite kernel output); a GPD tail cannot be "
                          "fitted — use 'empirical' or 'order_statistic'")
     q = float(ctx.settings["q"])
@@ -343,8 +418,14 @@ def _fit_gpd(ctx: _FitContext) -> _Fitted:
     use_zs = int(max(mexc, math.ceil(tf * max(int(ctx.n.max()), 1))) <= 2000)
     _evt._check_pot_args(q, tf, mexc)
     # values are checked above (finite) and in group_values (nonnegative): no re-scan
-    params, _ = ctx.apply(lambda a: _evt._pot_groups_rescaled(a, q, tf, mexc, int(bool(use_zs))),
-                          [["param"], []], {"param": len(_evt.POT_FIELDS)})
+    if ctx.gathered is not None:
+        grid = np.ascontiguousarray(np.asarray(ctx.da.values).reshape(-1, ctx.da.sizes["obs"]))
+        fitted = _evt.pot_fit_gathered(grid, ctx.gathered, q, tf, mexc, int(bool(use_zs)))
+        params = xr.DataArray(fitted.reshape(ctx.present.shape + (len(_evt.POT_FIELDS),)),
+                              dims=GROUP_DIMS + ("param",), coords=ctx.present.coords)
+    else:
+        params, _ = ctx.apply(lambda a: _evt._pot_groups_rescaled(a, q, tf, mexc, int(bool(use_zs))),
+                              [["param"], []], {"param": len(_evt.POT_FIELDS)})
     data_vars = {("threshold" if name == "return_level" else name): params.isel(param=j, drop=True)
                  for j, name in enumerate(_evt.POT_FIELDS)}
     data_vars["n_exceed"] = data_vars["n_exceed"].fillna(0).astype(np.int64)

@@ -464,6 +464,165 @@ def _pot_groups_radix_kernel(x, xb, tail_fraction, min_exc, q, use_zs, nblocks, 
     return out, nvalid
 
 
+#: values of the strided sample that predicts a long row's tail threshold (:func:`pot_one_read`)
+_POT_SAMPLE = 1 << 14
+#: the predicted lower end of the gathered tail: the sample quantile at
+#: ``1 - tail_fraction - max(_POT_MARGIN, 6 sd)`` (sd of a sample proportion)
+_POT_MARGIN = 0.02
+
+
+@njit(cache=True, parallel=True)
+def _pot_gather_kernel(x, lo_p, sample_n, cap, nblocks):
+    """One read of each long row: counts and the values at or above a predicted threshold.
+
+    Per row: a strided sample of about ``sample_n`` values predicts ``lo`` (its quantile at
+    ``lo_p``); the one read of the row then counts the valid (non-NaN) values, the negative
+    and the infinite ones, takes the maximum and gathers every valid value ``>= lo``, in
+    row order, into ``buf[i, :cap]``. ``ngath[i]`` is the number gathered, -1 when more
+    than ``cap`` were (the caller then reads the row again). Only the counts are needed
+    for the result's exactness: the gathered values are the ``ngath`` largest of the row.
+    """
+    g = x.shape[0]
+    n = x.shape[1]
+    nvalid = np.zeros(g, np.int64)
+    nneg = np.zeros(g, np.int64)
+    ninf = np.zeros(g, np.int64)
+    mx = np.zeros(g, np.float64)
+    ngath = np.zeros(g, np.int64)
+    buf = np.empty((g, cap), np.float64)
+    step = max(1, n // sample_n)
+    per = (g + nblocks - 1) // nblocks
+    for blk in prange(nblocks):
+        samp = np.empty((n + step - 1) // step, np.float64)
+        for i in range(blk * per, min(g, (blk + 1) * per)):
+            row = x[i]
+            ns = 0
+            for t in range(0, n, step):
+                v = row[t]
+                if v == v:
+                    samp[ns] = v
+                    ns += 1
+            lo = -np.inf
+            if ns >= 2 and lo_p > 0.0:
+                lo = _fr_select(samp, 0, ns - 1, int(lo_p * (ns - 1)))
+            b = buf[i]
+            m = 0
+            neg = 0
+            inf = 0
+            big = 0.0
+            c = 0
+            over = False
+            for t in range(n):
+                v = row[t]
+                if v != v:
+                    continue
+                m += 1
+                if v < 0.0:
+                    neg += 1
+                if v > big:
+                    big = v
+                if abs(v) == np.inf:
+                    inf += 1
+                if v >= lo:
+                    if c < cap:
+                        b[c] = v
+                        c += 1
+                    else:
+                        over = True
+            nvalid[i] = m
+            nneg[i] = neg
+            ninf[i] = inf
+            mx[i] = big
+            ngath[i] = -1 if over else c
+    return nvalid, nneg, ninf, mx, buf, ngath
+
+
+@njit(cache=True, parallel=True)
+def _pot_gathered_kernel(buf, ngath, nvalid, tail_fraction, min_exc, q, use_zs, nblocks):
+    """The POT fit of each row from its gathered largest values (:func:`_pot_gather_kernel`).
+
+    Same threshold ``u`` (the (m-k-1)-th smallest of the m valid values), exceedances
+    (the values above ``u``, in row order), ``zeta`` and fallback quantile as
+    :func:`_pot_groups_radix_kernel`. ``status[i] = 1`` where the gathered values do not
+    hold them (fewer than ``k + 1``, or a fallback rank below them): the caller fits that
+    row by the two-read kernel.
+    """
+    g = buf.shape[0]
+    cap = buf.shape[1]
+    out = np.full((g, 8), np.nan)
+    status = np.zeros(g, np.int64)
+    per = (g + nblocks - 1) // nblocks
+    for blk in prange(nblocks):
+        tmp = np.empty(cap, np.float64)
+        ybuf = np.empty(cap, np.float64)
+        for i in range(blk * per, min(g, (blk + 1) * per)):
+            m = nvalid[i]
+            c = ngath[i]
+            if m < min_exc + 1:
+                continue
+            k = max(min_exc, int(math.ceil(tail_fraction * m)))
+            if k > m - 1:
+                k = m - 1
+            if c < k + 1:
+                status[i] = 1
+                continue
+            b = buf[i]
+            for t in range(c):
+                tmp[t] = b[t]
+            u = _fr_select(tmp, 0, c - 1, c - k - 1)
+            ne = 0
+            for t in range(c):
+                if b[t] > u:
+                    ybuf[ne] = b[t] - u
+                    ne += 1
+            sigma, xi, ll = _gpd_mle_core(ybuf, ne, use_zs)
+            o = out[i]
+            if not _pack_pot(o, u, sigma, xi, ne / m, ne, ll, q):
+                # inside the data: empirical (1 - q)-quantile, numpy 'higher'
+                j = int(math.ceil((m - 1) * (1.0 - q))) - (m - c)
+                if j < 0:
+                    status[i] = 1
+                    continue
+                for t in range(c):
+                    tmp[t] = b[t]
+                o[7] = _fr_select(tmp, 0, c - 1, j)
+    return out, status
+
+
+def pot_one_read(a: np.ndarray, tail_fraction: float) -> tuple[np.ndarray, ...]:
+    """Counts and gathered tails of the rows of ``a`` (groups, obs) in one read (:func:`_pot_gather_kernel`).
+
+    Returns ``(nvalid, nneg, ninf, max, gathered, ngath)``; pass them to
+    :func:`pot_fit_gathered` once the counts are validated.
+    """
+    n = a.shape[1]
+    ns = max(2, min(n, _POT_SAMPLE))
+    margin = max(_POT_MARGIN, 6.0 * math.sqrt(tail_fraction * (1.0 - tail_fraction) / ns))
+    lo_p = 1.0 - tail_fraction - margin
+    cap = n if lo_p <= 0.0 else min(n, int(math.ceil((1.0 - lo_p + margin) * n)) + 1024)
+    return _pot_gather_kernel(a, lo_p, _POT_SAMPLE, cap, _nblocks(a.shape[0]))
+
+
+def pot_fit_gathered(a: np.ndarray, gathered: tuple[np.ndarray, ...], q: float, tail_fraction: float,
+                     min_exc: int, use_zs: int) -> np.ndarray:
+    """POT fits (groups, 8) of the rows of ``a`` from :func:`pot_one_read`'s result.
+
+    Rows whose gathered values do not hold the tail, or whose largest value needs the
+    rescaling of :func:`_pot_groups_rescaled`, are fitted by it (a second read of those rows).
+    Equal to :func:`_pot_groups_rescaled` in ``u``, ``zeta``, ``n_exceed`` and the fallback
+    quantile; the MLE sums the same exceedances in row order.
+    """
+    nvalid, _, _, mx, buf, ngath = gathered
+    out, status = _pot_gathered_kernel(buf, ngath, nvalid, float(tail_fraction), int(min_exc), float(q),
+                                       bool(use_zs), _nblocks(a.shape[0]))
+    expo = np.frexp(mx)[1].astype(np.int64)
+    far = (mx > 0) & ((expo > _POT_RESCALE_EXP) | (expo < -_POT_RESCALE_EXP))
+    redo = np.flatnonzero((status != 0) | far)
+    if redo.size:
+        out[redo] = _pot_groups_rescaled(np.ascontiguousarray(a[redo]), q, tail_fraction, min_exc, use_zs)[0]
+    return out
+
+
 # --------------------------------------------------------------------------- GEV core
 @njit(cache=True, nogil=True)
 def _gev_nll(x, n, mu, lsig, xi):
