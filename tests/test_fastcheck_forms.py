@@ -21,6 +21,7 @@ import pytest
 
 import tolstat
 from tolstat._base.dtypes import round_to_format, target_dtype
+from tolstat.measure.noise import rounded_reference
 from tolstat.calibration.bounds import exceedance_probability
 from tolstat.calibration.decision import exceeds, pair_is_correctly_rounded, pair_value, ratio, ratio_value
 from tolstat.checks import checking as _checking
@@ -152,7 +153,8 @@ def _definition(a, e, ent, kw, allow_nan=False):
 
 def _fast(a, e, ent, kw):
     if ent.operator:
-        return _checking._fast_operator(as_array(a), as_array(e), ent, kw.get("covariates"), kw.get("magnitude"))
+        return _checking._fast_operator(as_array(a), as_array(e), ent, kw.get("covariates"), kw.get("magnitude"),
+                                        op="sum", given=kw.get("magnitude") is not None)
     return fast_check(as_array(a), as_array(e), ent, kw.get("covariates"))
 
 
@@ -393,18 +395,26 @@ def test_operator_kernel_equals_its_reference():
         rowlen = int(rng.integers(1, 40)) if trial % 3 else max(1, n)
         e = rng.standard_normal(n) * np.exp(rng.uniform(-5, 5, n))
         a = e + rng.standard_normal(n) * 1e-3 * np.abs(e)
-        rn = e.astype(np.float16).astype(np.float64)
         m = np.abs(e) + rng.uniform(0, 2, n)
         if trial % 4 == 0 and n:
             k = rng.integers(n, size=3)
             a[k[0]], a[k[1]] = np.nan, np.inf
             e[k[2]] = np.nan if trial % 8 else np.inf
+        rn = rounded_reference(e, "float16")  # the kernel rounds the reference itself
+        a16 = a.astype(np.float16)
+        p, emin, mx = fused.round_params("float16")
         for use_m in (True, False):
-            args = (a, e, rn, m, use_m, 2.0 ** -11, 3e-4, 2.0 ** -14, 6e-8, 3.0, rowlen)
-            o1, b1 = ref(*args)
-            o2, b2 = fused._op_kernel(*args)
+            coef = (2.0 ** -11, 3e-4, 2.0 ** -14, 6e-8, 3.0, rowlen)
+            o1, b1 = ref(a, e, rn, m, use_m, *coef)
+            o2, b2, _ = fused._op_kernel(a, fused._NO_LUT, False, e, m, use_m, p, emin, mx, *coef, np.inf)
             np.testing.assert_array_equal(o2, o1)
             np.testing.assert_array_equal(b2, b1)
+            # a float16 output read through its bit patterns: the statistics of its float64 values
+            o3, b3, _ = fused._op_kernel(a16.view(np.uint16), fused.decode_table(np.float16), True, e, m, use_m,
+                                         p, emin, mx, *coef, np.inf)
+            o4, b4 = ref(a16.astype(np.float64), e, rn, m, use_m, *coef)
+            np.testing.assert_array_equal(o3, o4)
+            np.testing.assert_array_equal(b3, b4)
 
 
 def test_plans_are_cached_per_entry_and_table(tables):
@@ -413,3 +423,36 @@ def test_plans_are_cached_per_entry_and_table(tables):
     ent = table.entry("sum", dtype, "cpu")
     assert plan_of(ent) is plan_of(ent)
     assert plan_of(ent).mode == "scale" and plan_of(tabs["operator"].entry("sum", dtype, "cpu")).mode is None
+
+
+@numba.njit
+def _round_all(x, p, emin, mx):  # pragma: no cover - numba
+    out = np.empty_like(x)
+    for i in range(x.size):
+        out[i] = fused._round_ref(x[i], p, emin, mx)
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"])
+def test_the_kernel_rounds_the_reference_as_rounded_reference(dtype):
+    """The operator pass rounds each reference element itself (bit operations, no float64
+    copy): the same value as :func:`tolstat.measure.noise.rounded_reference`, on every
+    value of the format, every midpoint between neighbours (ties, both signs) and its
+    neighbours, subnormals, values beyond the range and non-finite ones."""
+    td = target_dtype(dtype)
+    rng = np.random.default_rng(8)
+    if td.bits <= 16:
+        codes = np.arange(2 ** td.bits, dtype=np.uint16 if td.bits == 16 else np.uint8)
+        with np.errstate(invalid="ignore"):
+            vals = codes.view(td.np_dtype).astype(np.float64)
+    else:
+        vals = rng.standard_normal(20_000).astype(td.np_dtype).astype(np.float64)
+    vals = np.unique(vals[np.isfinite(vals)])
+    mids = (vals[:-1] + vals[1:]) / 2
+    x = np.concatenate([vals, mids, np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf),
+                        rng.standard_normal(20_000) * 10.0 ** rng.uniform(-320, 300, 20_000),
+                        [td.max * 1.0001, -td.max * 1.04, 1e300, 5e-324, -5e-324, 0.0, -0.0, np.inf, -np.inf, np.nan]])
+    got = _round_all(x, *fused.round_params(dtype))
+    ref = rounded_reference(x, dtype)
+    same = ((got == ref) & (np.signbit(got) == np.signbit(ref))) | (np.isnan(got) & np.isnan(ref))
+    assert same.all(), (x[~same][:5], got[~same][:5], ref[~same][:5])

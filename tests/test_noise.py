@@ -606,3 +606,20 @@ def test_combined_score_is_computed_in_float64_whatever_the_statistics_dtype():
     s64 = combined_score({"a": x.astype(np.float64), "b": np.array([0.1, np.nan, 5.0])}, q)
     assert s.dtype == np.float64 and s.tobytes() == s64.tobytes()
     assert which.tolist() == ["b", "a", "b"]
+
+
+def test_combined_score_of_one_pair_equals_the_array_definition():
+    """A check's statistics are floats: the scalar path gives the array path's maximum and
+    name (NaN skipped, the first maximum, inf wins, NaN when none applies)."""
+    from tolstat.measure.noise import combined_score
+
+    q = {"a": 0.5, "b": 2.0, "c": 1.0}
+    for vals in ([1.0, 4.0, 2.0], [1.0, np.nan, 0.25], [np.nan, np.nan, np.nan], [0.5, np.inf, 3.0],
+                 [1.0, 4.0, 0.5], [0.0, 0.0, 0.0]):
+        scalar = dict(zip(q, (float(v) for v in vals)))
+        arrays = {k: np.array([v]) for k, v in scalar.items()}
+        s, which = combined_score(scalar, q, which=True)
+        sa, wa = combined_score(arrays, q, which=True)
+        assert s.shape == () and s.dtype == np.float64
+        assert float(s) == float(sa[0]) or (math.isnan(s) and math.isnan(sa[0]))
+        assert str(which) == wa[0], vals

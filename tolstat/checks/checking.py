@@ -20,15 +20,15 @@ from tolstat.dataset.runs import validate_op_args
 from tolstat._base.util import group_rows
 from tolstat._base.dtypes import canonical_dtype, target_dtype, unit_roundoff
 from tolstat.dataset.schema import BUILTIN_COVARIATES
-from tolstat.measure.metrics import ErrorMetrics, as_array, error_metrics
+from tolstat.measure.metrics import ErrorMetrics, as_array, error_metrics, ulp_distance
 from tolstat.models.statistics import get as get_statistic
 from tolstat.measure.metrics import metric_covariates
-from tolstat.models.statistics import pair_op_statistics
-from tolstat.measure.noise import PLAIN_SHAPE, combined_score, noise_scale
+from tolstat.models.statistics import pair_op_statistics, rounded_statistics
+from tolstat.measure.noise import MID_SHAPE, PLAIN_SHAPE, combined_score, noise_scale, statistics_of_pass
 from tolstat.calibration.table import ToleranceEntry, ToleranceTable
 from tolstat.calibration.decision import entry_failed_runs, pair_is_correctly_rounded, pair_value
-from tolstat.checks.fast import cached_entry, cached_plan, cr_mode, fast_check, finish_cr, unravel
-from tolstat.measure.fused import check_pass, format_layout
+from tolstat.checks.fast import cached_entry, cached_plan, fast_check, unravel
+from tolstat.measure.fused import op_statistics
 from tolstat.checks.options import CheckOptions, check_options
 from tolstat.checks.result import CheckResult
 
@@ -118,16 +118,18 @@ def check(
     e = as_array(expected, name="expected")
     covariates = _validate.covariates(covariates, computed=BUILTIN_COVARIATES)
     magnitude, covariates = resolve_op_inputs(ent, op, dt, inputs, params, covariates, opts.magnitude)
+    source = "ops" if inputs is not None else "ref" if isinstance(magnitude, str) else "given"
     if ent.operator:
-        check_magnitude(ent, op, e, magnitude, "ops" if inputs is not None else
-                        "ref" if isinstance(magnitude, str) else "given")
+        check_magnitude(ent, op, e, magnitude, source, arrays=False)
     if inputs is not None and magnitude is not None and np.shape(magnitude) != e.shape:
         raise ValueError(f"the inputs of {op!r} give an output of shape {np.shape(magnitude)} but expected has "
                          f"shape {e.shape}: pass the op's own arguments as inputs=")
     # one fused pass where the entry and the pair allow it; its result, passed or failed, is
     # the general path's (check_metrics, the definition) bit for bit (tests/test_fastcheck.py)
     if ent.operator:
-        fast = _fast_operator(a, e, ent, covariates, magnitude)
+        fast = _fast_operator(a, e, ent, covariates, magnitude, op=op, given=source == "given")
+        if fast is None:
+            check_magnitude(ent, op, e, magnitude, source)
     else:
         fast = fast_check(a, e, plan, covariates)
     if fast is not None:
@@ -184,7 +186,8 @@ def resolve_op_inputs(entry: ToleranceEntry, op: str, dtype: str, inputs: Sequen
 _MAGNITUDE_BOUNDS_REF_EXCEPT = frozenset({"cumsum"})
 
 
-def check_magnitude(entry: ToleranceEntry, op: str, expected: np.ndarray, magnitude: Any, source: str) -> None:
+def check_magnitude(entry: ToleranceEntry, op: str, expected: np.ndarray, magnitude: Any, source: str, *,
+                    arrays: bool = True) -> None:
     """Refuse a magnitude that contradicts the table or cannot be the op on absolute inputs.
 
     ``source`` says how the check got it: ``"ops"`` (derived from ``inputs=``), ``"given"``
@@ -195,7 +198,8 @@ def check_magnitude(entry: ToleranceEntry, op: str, expected: np.ndarray, magnit
     is refused (tables that do not record it are not checked). A given magnitude must be
     finite and ``>= 0`` where ``expected`` is finite, and for an op of :mod:`tolstat.ops`
     (cumsum excepted) at least ``|expected|`` up to float64 rounding: a signed ``A @ B``
-    or zeros give a scale too small.
+    or zeros give a scale too small. ``arrays=False``: only the table's convention (the
+    operator check's fused pass tests the arrays, :func:`magnitude_error`).
     """
     cert = entry.certificate or {}
     table = set(str(cert.get("magnitude", "unknown")).split("+"))
@@ -207,7 +211,7 @@ def check_magnitude(entry: ToleranceEntry, op: str, expected: np.ndarray, magnit
         if source != "ref" and table == {"ref"}:
             raise ValueError(f"{where} was calibrated with magnitude='ref' (m = |expected|): check with "
                              "options=CheckOptions(magnitude='ref'), not with inputs= or a magnitude array")
-    if source != "given" or magnitude is None:
+    if source != "given" or magnitude is None or not arrays:
         return
     m = as_array(magnitude, name="magnitude")
     if m.dtype.kind not in "fiu":
@@ -219,22 +223,35 @@ def check_magnitude(entry: ToleranceEntry, op: str, expected: np.ndarray, magnit
                          f"{np.shape(expected)}") from exc
     e = np.asarray(expected, dtype=np.float64)
     live = np.isfinite(e)
-    bad = live & ~(np.isfinite(m) & (m >= 0))
-    if bad.any():
-        i = tuple(int(x) for x in np.unravel_index(int(np.flatnonzero(bad)[0]), e.shape))
-        raise ValueError(f"CheckOptions.magnitude must be finite and >= 0 where expected is finite, got {m[i]!r} at "
-                         f"index {i}: that is the magnitude's fault, not the kernel's")
+    bad = np.flatnonzero(live & ~(np.isfinite(m) & (m >= 0)))
+    low = np.flatnonzero(live & (m < np.abs(e) * (1.0 - 1e-6))) if magnitude_bound_applies(op) else []
+    err = magnitude_error(op, e, m, int(bad[0]) if len(bad) else -1, int(low[0]) if len(low) else -1)
+    if err is not None:
+        raise err
+
+
+def magnitude_bound_applies(op: str) -> bool:
+    """Whether a given magnitude of ``op`` must be at least ``|expected|`` (ops of :mod:`tolstat.ops`, cumsum excepted)."""
     from tolstat import ops
 
     name = ops.canonical_name(op)
-    if name is None or name in _MAGNITUDE_BOUNDS_REF_EXCEPT:
-        return
-    low = live & (m < np.abs(e) * (1.0 - 1e-6))
-    if low.any():
-        i = tuple(int(x) for x in np.unravel_index(int(np.flatnonzero(low)[0]), e.shape))
-        raise ValueError(f"CheckOptions.magnitude {m[i]:.6g} is below |expected| = {abs(e[i]):.6g} at index {i}: the "
-                         f"magnitude of {op!r} is the op applied to the absolute inputs (|A| @ |B|), never below "
-                         "|expected|; a signed A @ B or zeros give a scale too small. Pass inputs= to derive it")
+    return name is not None and name not in _MAGNITUDE_BOUNDS_REF_EXCEPT
+
+
+def magnitude_error(op: str, e: np.ndarray, m: np.ndarray, bad: int, low: int) -> ValueError | None:
+    """The error of a given magnitude ``m`` (broadcast to ``e``'s shape): ``bad``, the first
+    flat index where ``e`` is finite and ``m`` not a finite value ``>= 0``, ``low``, the first
+    where ``m`` is below ``|e|`` (-1: none; ``low`` only where :func:`magnitude_bound_applies`)."""
+    if bad >= 0:
+        i = tuple(int(x) for x in np.unravel_index(bad, e.shape))
+        return ValueError(f"CheckOptions.magnitude must be finite and >= 0 where expected is finite, got {m[i]!r} at "
+                          f"index {i}: that is the magnitude's fault, not the kernel's")
+    if low >= 0:
+        i = tuple(int(x) for x in np.unravel_index(low, e.shape))
+        return ValueError(f"CheckOptions.magnitude {m[i]:.6g} is below |expected| = {abs(e[i]):.6g} at index {i}: the "
+                          f"magnitude of {op!r} is the op applied to the absolute inputs (|A| @ |B|), never below "
+                          "|expected|; a signed A @ B or zeros give a scale too small. Pass inputs= to derive it")
+    return None
 
 
 def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceEntry,
@@ -330,13 +347,15 @@ def _check_operator(m: ErrorMetrics, actual: Any, expected: Any, ent: ToleranceE
 
 
 def _operator_result(m: Any, actual: Any, expected: Any, ent: ToleranceEntry, mag: Any, K: float,
-                     where: dict[str, Any]) -> CheckResult:
+                     where: dict[str, Any], stats: Mapping[str, float] | None = None) -> CheckResult:
     """The result of an operator-form check: the statistics of the pair (``m.ulp`` gives
-    the correctly rounded rule of :func:`tolstat.models.statistics.pair_op_statistics`),
-    their combined score, and the worst element (``where``)."""
+    the correctly rounded rule of :func:`tolstat.models.statistics.pair_op_statistics`;
+    ``stats``: those statistics, computed by the caller's pass), their combined score, and
+    the worst element (``where``)."""
     cert = ent.certificate or {}
-    stats = pair_op_statistics(actual, expected, m, dtype=ent.dtype, magnitude=mag, K=K,
-                               rowwise=bool(cert.get("rowwise", False)), op=ent.op)
+    if stats is None:
+        stats = pair_op_statistics(actual, expected, m, dtype=ent.dtype, magnitude=mag, K=K,
+                                   rowwise=bool(cert.get("rowwise", False)), op=ent.op)
     q = dict(cert["normalisers"])
     thr = ent.statistics["op_score"].threshold
     s, which = combined_score(stats, q, which=True)
@@ -352,23 +371,16 @@ def _operator_result(m: Any, actual: Any, expected: Any, ent: ToleranceEntry, ma
     )
 
 
-class _RoundedFlag:
-    """What :func:`tolstat.models.statistics.pair_op_statistics` reads of the metrics
-    (``ulp``: its maximum is 0 exactly for a correctly rounded output), for the fast path."""
-
-    __slots__ = ("ulp",)
-
-    def __init__(self, correctly_rounded: bool) -> None:
-        self.ulp = np.zeros(1) if correctly_rounded else np.ones(1)
-
-
 def _fast_operator(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry, covariates: Mapping[str, Any] | None,
-                   magnitude: Any) -> CheckResult | None:
-    """:func:`_check_operator` of a finite pair in one fused pass for the worst element, the
-    exceedance count and the correctly rounded flag (instead of the element-wise metrics
-    and the noise scale); None where the general path is needed (it raises the errors)."""
+                   magnitude: Any, *, op: str, given: bool) -> CheckResult | None:
+    """:func:`_check_operator` of a finite pair in one
+    fused pass (:func:`tolstat.measure.fused.op_statistics`: the statistics the table was
+    calibrated on, the worst element, the exceedance count, the correctly rounded flag and,
+    for a ``given`` magnitude, its checks); None where the general path is needed (it
+    raises the errors)."""
     _validate.float_array("actual", a)
     _validate.float_array("expected", e)
+    td = target_dtype(ent.dtype)
     if a.shape != e.shape or a.size == 0:
         return None
     try:
@@ -376,36 +388,49 @@ def _fast_operator(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry, covariates
         K = float(K)
         if not (math.isfinite(K) and K >= 0):
             return None
-        mflat = None
+        m = None
         if mag is not None:
             mg = as_array(mag, name="magnitude")
-            if mg.dtype.kind in "bOSUMc":
+            if mg.dtype.kind not in "fiu":
                 return None
-            mflat = np.ravel(np.broadcast_to(np.asarray(mg, dtype=np.float64), e.shape))
+            m = np.broadcast_to(np.asarray(mg, dtype=np.float64), e.shape)
     except (ValueError, TypeError):
         return None
     cert = ent.certificate or {}
-    td = target_dtype(ent.dtype)
+    ef = np.asarray(e, dtype=np.float64)
     u_out, u_acc = unit_roundoff(td.name), unit_roundoff("float32")
-    sh = PLAIN_SHAPE  # noise_scale's default shape, in its order of operations
-    A, B, D = sh.c_out * u_out, sh.c_acc * u_acc * math.sqrt(K), u_out * td.tiny
+    A, B = PLAIN_SHAPE.c_out * u_out, PLAIN_SHAPE.c_acc * u_acc * math.sqrt(K)
+    C, D = MID_SHAPE.c_mid * u_out / math.sqrt(max(K, 1.0)), u_out * td.tiny
     thr = ent.statistics["op_score"].threshold
     kq = thr * dict(cert["normalisers"]).get("op_max", math.inf)
-    af = a.ravel()
-    ef = np.asarray(e, dtype=np.float64).ravel()
-    crm = cr_mode(af, td)
-    res = check_pass(af, ef, mode="op", coef=(A, B, D, 0.0, 0.0), threshold=kq, magnitude=mflat, cr=crm,
-                     layout=format_layout(td))
-    if res is None:
+    rows = bool(cert.get("rowwise", False)) and a.ndim > 0
+    res = op_statistics(a, ef, m, coef=(A, B, C, D), frac_k=PLAIN_SHAPE.frac_k,
+                        rowlen=a.shape[-1] if rows else None, dtype=td.name, kq=kq)
+    if res.nonfinite >= 0:
         return None
-    cr = finish_cr(res, crm, af, ef, td)
-    r = abs(res.expected)
-    mw = r if mflat is None else abs(float(mflat[res.index]))
+    if given and m is not None:
+        err = magnitude_error(op, ef, m, res.bad_magnitude,
+                              res.low_magnitude if magnitude_bound_applies(op) else -1)
+        if err is not None:
+            raise err
+    # every element the correctly rounded reference: for an output stored in the format,
+    # exactly the ULP distance's rule; for another (a float32 or float64 output) the rule itself
+    cr = (res.n_rounding_off == 0 if a.dtype == td.np_dtype
+          else bool(np.max(ulp_distance(a, ef, td.name)) == 0.0))
+    stats = statistics_of_pass(res, a, ef, mag, dtype=ent.dtype, K=K, acc_dtype="float32", row_axis=-1, rows=rows,
+                               op=ent.op)
+    if cr:
+        stats = rounded_statistics(stats)
+    w = res.worst
+    av = float(np.asarray(a.reshape(-1)[w : w + 1], dtype=np.float64)[0])
+    ev = float(ef.reshape(-1)[w])
+    r = abs(ev)
+    mw = r if m is None else abs(float(m.reshape(-1)[w]))
     s_w = ((A * r) + (B * mw)) + D
-    where = dict(worst_index=unravel(res.index, a.shape), worst_actual=res.actual, worst_expected=res.expected,
-                 worst_error=abs(res.actual - res.expected), worst_allowed=float(kq * s_w), n_elements=int(ef.size),
-                 n_exceeding=res.n_exceeding, n_nonfinite=0, correctly_rounded=cr)
-    return _operator_result(_RoundedFlag(cr), a, e, ent, mag, K, where)
+    where = dict(worst_index=unravel(w, a.shape), worst_actual=av, worst_expected=ev, worst_error=abs(av - ev),
+                 worst_allowed=float(kq * s_w), n_elements=int(ef.size), n_exceeding=res.n_exceeding, n_nonfinite=0,
+                 correctly_rounded=cr)
+    return _operator_result(None, a, e, ent, mag, K, where, stats=stats)
 
 
 def assert_close(actual: Any, expected: Any, *, msg: str | None = None, **kwargs: Any) -> CheckResult:

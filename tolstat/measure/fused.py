@@ -27,18 +27,21 @@ Layer: metrics (imports only :mod:`tolstat._base.dtypes`, numpy, ml_dtypes and n
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import ml_dtypes
 import numba
 import numpy as np
+from numba.core import types
+from numba.extending import intrinsic
 from tolstat._base import numba_cache as _numba_cache
 from tolstat._base.dtypes import target_dtype
 
 _numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
 __all__ = ["decode_table", "CheckPass", "CHECK_MODES", "CR_MODES", "FormatLayout", "format_layout", "check_pass",
-           "sum_of_squares", "error_sums"]
+           "sum_of_squares", "error_sums", "OpPass", "op_statistics", "round_params"]
 
 _LUTS: dict[str, np.ndarray] = {}
 #: the same tables by the dtype (or type) asked for: a per-call lookup without ``dtype.name``
@@ -498,8 +501,8 @@ def error_sums(actual: np.ndarray, expected: np.ndarray) -> tuple[float, float]:
 @numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
 def _op_step(s: float, d: float, b: float, same: bool, sg: float, frac_k: float, mx: float, s2: float, sa: float,
              sz: float, cnt: float, ssz: float, rs2: float, rd: float, rss: float,
-             bad: bool) -> tuple[float, float, float, float, float, float, float, float, float, bool]:
-    """One element of one noise shape of :func:`_op_kernel` (its accumulators, updated)."""
+             bad: bool) -> tuple[float, float, float, float, float, float, float, float, float, bool, float]:
+    """One element of one noise shape of :func:`_op_kernel`: its accumulators, updated, and ``|z|``."""
     dj = d
     bj = b if np.isfinite(b) else 0.0
     if not (np.isfinite(d) and np.isfinite(s)):
@@ -522,7 +525,7 @@ def _op_step(s: float, d: float, b: float, same: bool, sg: float, frac_k: float,
     rs2 += z * z
     rd += bj
     rss += s * s
-    return mx, s2, sa, sz, cnt, ssz, rs2, rd, rss, bad
+    return mx, s2, sa, sz, cnt, ssz, rs2, rd, rss, bad, az
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -540,20 +543,84 @@ def _op_row(rs2: float, rd: float, rss: float, rowlen: int, rmax: float, rsum: f
     return rmax, rsum, bmax
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
-def _op_kernel(a: np.ndarray, e: np.ndarray, rn: np.ndarray, m: np.ndarray, use_m: bool, A: float, B: float,
-               C: float, D: float, frac_k: float, rowlen: int) -> tuple[np.ndarray, np.ndarray]:
-    """Core and row statistics of ``z = d / s`` under the two noise shapes in one pass.
+@intrinsic
+def _bits(typingctx, x):  # noqa: ANN001, ANN202 - a numba intrinsic
+    """The bit pattern of a float64 as an int64 (a register bitcast)."""
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.bitcast(args[0], context.get_value_type(types.int64))
+    return types.int64(types.float64), codegen
 
-    ``s0 = (A |e| + B m) + D`` and ``s1 = ((A |e| + B m) + C m) + D``, in numpy's order of
-    :func:`tolstat.measure.noise.noise_scale`. Returns ``(stats[2, 9], bad[2])``: per shape max
-    ``|z|``, sum ``z^2``, sum ``|z|``, sum ``z``, count ``|z| > k``, max row mean of
-    ``z^2``, sum of row RMS, max row ``|sum b| / sqrt(sum s^2)``, sum ``sign(e) b / s``,
-    with ``b = a - rn`` the error beyond the correctly rounded reference ``rn`` (the bias
-    sums: column 3 is sum ``b / s``); ``bad``: a non-finite mismatch was seen (the
+
+@intrinsic
+def _from_bits(typingctx, b):  # noqa: ANN001, ANN202 - a numba intrinsic
+    """The float64 of an int64 bit pattern (a register bitcast)."""
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.bitcast(args[0], context.get_value_type(types.float64))
+    return types.float64(types.int64), codegen
+
+
+_SIGN64 = np.int64(-(2 ** 63))
+_EXP_SHIFT = 52
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _round_ref(x: float, p: int, emin: int, maxv: float) -> float:
+    """``x`` rounded to nearest even in the output format, as float64; ``x`` itself where
+    that is not finite (beyond the range) or ``x`` is not finite.
+
+    ``p`` significand bits (the implicit one included) and ``emin`` the ``frexp`` exponent
+    of the smallest normal value, as :func:`tolstat._base.dtypes.round_to_format` rounds
+    (gradual underflow); ``p = 0``: float32 (the cast), ``p < 0``: float64 (no rounding).
+    In the format's normal range the low ``53 - p`` bits of the float64 pattern are rounded
+    to nearest even without a branch (a carry moves into the exponent); below it, ``rint(x / q) * q`` with the
+    subnormal spacing ``q`` (exact: powers of two).
+    """
+    if p < 0 or not np.isfinite(x):
+        return x
+    if p == 0:
+        r = np.float64(np.float32(x))
+    else:
+        b = _bits(x)
+        sign = b & _SIGN64
+        ab = b ^ sign
+        if (ab >> _EXP_SHIFT) - 1022 >= emin:  # frexp exponent: normal in the format
+            sh = 53 - p
+            q = np.int64(1) << sh
+            # to nearest, ties to even: add half an ULP less one, plus the kept last bit, and cut
+            ab = (ab + ((q >> 1) - 1) + ((ab >> sh) & 1)) & ~(q - 1)
+            r = _from_bits(ab | sign)
+        else:
+            qs = math.ldexp(1.0, emin - p)
+            r = np.rint(x / qs) * qs
+    if abs(r) > maxv:  # beyond the range (inf or NaN in the format): the reference itself
+        return x
+    return r
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _op_kernel(a: np.ndarray, lut: np.ndarray, use_lut: bool, e: np.ndarray, m: np.ndarray, use_m: bool,
+               rp: int, remin: int, rmax: float, A: float, B: float, C: float, D: float, frac_k: float,
+               rowlen: int, kq: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Core and row statistics of ``z = d / s`` under the two noise shapes in one pass, and
+    what a check of the pair needs.
+
+    ``a``: the output's bit patterns decoded by ``lut`` (``use_lut``), or a float32/float64
+    output. ``s0 = (A |e| + B |m|) + D`` and ``s1 = ((A |e| + B |m|) + C |m|) + D``, in
+    numpy's order of :func:`tolstat.measure.noise.noise_scale`. Returns
+    ``(stats[2, 9], bad[2], info[6])``: per shape max ``|z|``, sum ``z^2``, sum ``|z|``, sum
+    ``z``, count ``|z| > k``, max row mean of ``z^2``, sum of row RMS, max row
+    ``|sum b| / sqrt(sum s^2)``, sum ``sign(e) b / s``, with ``b = a - RN(e)`` the error
+    beyond the correctly rounded reference (:func:`_round_ref` with ``rp, remin, rmax``;
+    the bias sums: column 3 is sum ``b / s``); ``bad``: a non-finite mismatch was seen (the
     statistics of that shape are then all ``inf``). Rows are the consecutive runs of
     ``rowlen`` elements; a last, partial row has no row statistics. Sums are sequential,
     element by element (the accumulators are scalars, one set per shape).
+
+    ``info``: the first index of the largest ``|d| / s0`` (the worst element of a check), the
+    count of ``|d| > kq s0``, the count of ``b != 0`` (0: correctly rounded), the first
+    index of a non-finite ``d`` or ``e`` (-1: none), and, with ``use_m``, the first index
+    where ``e`` is finite and ``m`` is not finite and ``>= 0``, and where ``m <
+    |e| (1 - 1e-6)`` (-1: none).
     """
     n = e.size
     mx0 = s20 = sa0 = sz0 = cnt0 = ssz0 = rs20 = rd0 = rss0 = 0.0
@@ -561,23 +628,50 @@ def _op_kernel(a: np.ndarray, e: np.ndarray, rn: np.ndarray, m: np.ndarray, use_
     rmax0 = rmax1 = -1.0
     rsum0 = rsum1 = bmax0 = bmax1 = 0.0
     bad0 = bad1 = False
+    best = -1.0
+    arg = 0
+    nexc = 0
+    nb = 0
+    nonfin = -1
+    badm = -1
+    lowm = -1
     nrows = n // rowlen
     for row in range(nrows + 1):
         stop = (row + 1) * rowlen if row < nrows else n
         for i in range(row * rowlen, stop):
-            av = a[i]
+            av = lut[np.intp(a[i])] if use_lut else np.float64(a[i])
             ev = e[i]
             ae = abs(ev)
-            mv = m[i] if use_m else ae
+            mv = ae
+            if use_m:
+                mr = m[i]
+                mv = abs(mr)
+                if np.isfinite(ev):
+                    if badm < 0 and not (np.isfinite(mr) and mr >= 0.0):
+                        badm = i
+                    if lowm < 0 and mr < ae * (1.0 - 1e-6):
+                        lowm = i
             base = A * ae + B * mv
             d = av - ev
-            b = av - rn[i]
+            b = av - _round_ref(ev, rp, remin, rmax)
+            if b != 0.0:
+                nb += 1
             same = av == ev or (np.isnan(av) and np.isnan(ev))
             sg = 1.0 if ev > 0 else (-1.0 if ev < 0 else 0.0)
-            mx0, s20, sa0, sz0, cnt0, ssz0, rs20, rd0, rss0, bad0 = _op_step(
-                base + D, d, b, same, sg, frac_k, mx0, s20, sa0, sz0, cnt0, ssz0, rs20, rd0, rss0, bad0)
-            mx1, s21, sa1, sz1, cnt1, ssz1, rs21, rd1, rss1, bad1 = _op_step(
+            s0 = base + D
+            mx0, s20, sa0, sz0, cnt0, ssz0, rs20, rd0, rss0, bad0, az0 = _op_step(
+                s0, d, b, same, sg, frac_k, mx0, s20, sa0, sz0, cnt0, ssz0, rs20, rd0, rss0, bad0)
+            mx1, s21, sa1, sz1, cnt1, ssz1, rs21, rd1, rss1, bad1, _ = _op_step(
                 (base + C * mv) + D, d, b, same, sg, frac_k, mx1, s21, sa1, sz1, cnt1, ssz1, rs21, rd1, rss1, bad1)
+            if np.isfinite(d) and np.isfinite(ev):
+                # the worst element's score |d| / s0 is |z| of the first shape (s0 > 0 finite)
+                if az0 > best:
+                    best = az0
+                    arg = i
+                if abs(d) > kq * s0:
+                    nexc += 1
+            elif nonfin < 0:
+                nonfin = i
         if row < nrows:
             rmax0, rsum0, bmax0 = _op_row(rs20, rd0, rss0, rowlen, rmax0, rsum0, bmax0)
             rmax1, rsum1, bmax1 = _op_row(rs21, rd1, rss1, rowlen, rmax1, rsum1, bmax1)
@@ -589,22 +683,89 @@ def _op_kernel(a: np.ndarray, e: np.ndarray, rn: np.ndarray, m: np.ndarray, use_
     out[1, 5], out[1, 6], out[1, 7], out[1, 8] = rmax1, rsum1, bmax1, ssz1
     bad = np.zeros(2, dtype=np.bool_)
     bad[0], bad[1] = bad0, bad1
-    return out, bad
+    info = np.empty(6, np.int64)
+    info[0], info[1], info[2], info[3], info[4], info[5] = arg, nexc, nb, nonfin, badm, lowm
+    return out, bad, info
+
+
+#: ``(p, emin, max)`` of :func:`_round_ref` per output format
+_ROUND: dict[str, tuple[int, int, float]] = {}
+
+
+def round_params(dtype: object) -> tuple[int, int, float]:
+    """The rounding parameters of :func:`_round_ref` for a target dtype (any spelling)."""
+    td = target_dtype(dtype)
+    got = _ROUND.get(td.name)
+    if got is None:
+        if td.name == "float64":
+            got = (-1, 0, float(np.finfo(np.float64).max))
+        elif td.name == "float32":
+            got = (0, 0, float(np.finfo(np.float32).max))
+        else:
+            fi = np.finfo(td.np_dtype) if td.name == "float16" else ml_dtypes.finfo(td.np_dtype)
+            got = (int(fi.nmant) + 1, int(np.log2(td.tiny)) + 1, float(td.max))
+        _ROUND[td.name] = got
+    return got
+
+
+class OpPass(NamedTuple):
+    """Result of :func:`op_statistics`.
+
+    Attributes
+    ----------
+    stats : numpy.ndarray
+        ``(2, 9)``: the sums and maxima of :func:`_op_kernel` per noise shape.
+    bad : numpy.ndarray
+        ``(2,)`` bool: a non-finite mismatch under that shape.
+    worst : int
+        Flat index of the first largest ``|d| / s0`` over finite elements.
+    n_exceeding : int
+        Elements with ``|d| > kq s0``.
+    n_rounding_off : int
+        Elements whose output differs from the correctly rounded reference (0: the output
+        is correctly rounded, where it is stored in the output format).
+    nonfinite : int
+        First flat index of a non-finite difference or reference, -1 if none.
+    bad_magnitude, low_magnitude : int
+        With a magnitude: the first flat index where the reference is finite and the
+        magnitude is not a finite value ``>= 0``, and where it is below ``|expected| (1 - 1e-6)``;
+        -1 if none.
+    """
+
+    stats: np.ndarray
+    bad: np.ndarray
+    worst: int
+    n_exceeding: int
+    n_rounding_off: int
+    nonfinite: int
+    bad_magnitude: int
+    low_magnitude: int
 
 
 def op_statistics(actual: np.ndarray, expected: np.ndarray, magnitude: np.ndarray | None, *,
-                  A: float, B: float, C: float, D: float, frac_k: float,
-                  rowlen: int | None, rounded: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_op_kernel` on flat float64 views; ``rowlen`` None: no row statistics.
+                  coef: tuple[float, float, float, float], frac_k: float, rowlen: int | None, dtype: object,
+                  kq: float = np.inf) -> OpPass:
+    """:func:`_op_kernel` on flat views; ``coef = (A, B, C, D)``; ``rowlen`` None: no row statistics.
 
-    ``actual``, ``expected`` (and ``magnitude``) are float64 arrays of one shape with rows
-    along the last axis; ``rounded`` the reference rounded to the output format (default:
-    ``expected``, i.e. bias sums of ``actual - expected``). Returns ``(stats[2, 9], bad[2])`` as the kernel does.
+    ``actual`` (any float dtype; 8/16-bit formats are read through :func:`decode_table`),
+    ``expected`` (float64) and ``magnitude`` (float64, not yet made absolute) have one shape
+    with rows along the last axis; ``dtype`` is the output format whose rounding of the
+    reference the bias sums use; ``kq`` the threshold of the exceedance count.
     """
     a = np.ravel(actual)
     e = np.ravel(expected)
     m = e if magnitude is None else np.ravel(magnitude)
-    rn = e if rounded is None else np.ravel(rounded)
+    lut = decode_table(a.dtype)
+    use_lut = lut is not None
+    if use_lut:
+        a = a.view(np.uint8 if a.dtype.itemsize == 1 else np.uint16)
+    else:
+        lut = _NO_LUT
+        if a.dtype != np.float32 and a.dtype != np.float64:
+            a = np.asarray(a, dtype=np.float64)
+    rp, remin, rmax = round_params(dtype)
     rl = int(rowlen) if rowlen else max(1, e.size)
-    return _op_kernel(a, e, rn, m, magnitude is not None, float(A), float(B), float(C), float(D),
-                      float(frac_k), rl)
+    A, B, C, D = (float(c) for c in coef)
+    st, bad, info = _op_kernel(a, lut, use_lut, e, m, magnitude is not None, rp, remin, rmax, A, B, C, D,
+                               float(frac_k), rl, float(kq))
+    return OpPass(st, bad, int(info[0]), int(info[1]), int(info[2]), int(info[3]), int(info[4]), int(info[5]))

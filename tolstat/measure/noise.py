@@ -150,6 +150,16 @@ def _f64(x: Any, name: str) -> np.ndarray:
     return np.asarray(a, dtype=np.float64)
 
 
+def _float_array(x: Any, name: str) -> np.ndarray:
+    """``x`` as a numpy array of its own float dtype (no copy), or the error of :func:`_f64`."""
+    from tolstat.measure.metrics import as_array
+
+    a = as_array(x, name=name)
+    if a.dtype.kind in "bOSUM":
+        raise TypeError(f"{name} must be a floating-point array, got dtype {a.dtype}")
+    return a if a.dtype.kind == "f" or a.dtype.kind == "V" else np.asarray(a, dtype=np.float64)
+
+
 def _check_pos(name: str, v: float) -> float:
     if not (isinstance(v, (int, float, np.integer, np.floating)) and math.isfinite(v) and v >= 0):
         raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
@@ -418,7 +428,7 @@ def _record_fused(actual: Any, expected: Any, *, dtype: Any, magnitude: Any, K: 
     from tolstat.measure.fused import op_statistics
 
     try:
-        a = _f64(actual, "actual")
+        a = _float_array(actual, "actual")
         e = _f64(expected, "expected")
         if a.shape != e.shape or a.size == 0:
             return None
@@ -427,19 +437,28 @@ def _record_fused(actual: Any, expected: Any, *, dtype: Any, magnitude: Any, K: 
         k = _check_pos("K", K)
         m = None
         if magnitude is not None:
-            m = np.broadcast_to(np.abs(_f64(magnitude, "magnitude")), e.shape)
+            m = np.broadcast_to(_f64(magnitude, "magnitude"), e.shape)
         rows = bool(rowwise and a.ndim)
         if rows and (not isinstance(row_axis, (int, np.integer)) or not -a.ndim <= row_axis < a.ndim):
             return None
     except (ValueError, TypeError):
         return None
-    rn = rounded_reference(e, td.name)
-    moved = [np.moveaxis(x, row_axis, -1) if rows else x for x in (a, e, rn, m) if x is not None]
-    st, bad = op_statistics(moved[0], moved[1], moved[3] if m is not None else None, rounded=moved[2],
-                            A=PLAIN_SHAPE.c_out * u_out, B=PLAIN_SHAPE.c_acc * u_acc * math.sqrt(k),
-                            C=MID_SHAPE.c_mid * u_out / math.sqrt(max(k, 1.0)), D=u_out * td.tiny,
-                            frac_k=PLAIN_SHAPE.frac_k,
-                            rowlen=a.shape[row_axis] if rows else None)
+    moved = [np.moveaxis(x, row_axis, -1) if rows else x for x in (a, e, m) if x is not None]
+    res = op_statistics(moved[0], moved[1], moved[2] if m is not None else None,
+                        coef=(PLAIN_SHAPE.c_out * u_out, PLAIN_SHAPE.c_acc * u_acc * math.sqrt(k),
+                              MID_SHAPE.c_mid * u_out / math.sqrt(max(k, 1.0)), u_out * td.tiny),
+                        frac_k=PLAIN_SHAPE.frac_k, rowlen=a.shape[row_axis] if rows else None, dtype=td.name)
+    return statistics_of_pass(res, a, e, magnitude, dtype=dtype, K=K, acc_dtype=acc_dtype, row_axis=row_axis,
+                              rows=rows, op=op)
+
+
+def statistics_of_pass(res: Any, actual: np.ndarray, expected: np.ndarray, magnitude: Any, *, dtype: Any,
+                       K: float, acc_dtype: Any, row_axis: int, rows: bool, op: str | None) -> dict[str, float]:
+    """The statistics of :func:`record_statistics` from the sums of one
+    :func:`tolstat.measure.fused.op_statistics` pass (``res``) of the pair; the op's
+    invariants (:func:`tolstat.measure.invariants.invariant_values`) are computed here."""
+    st, bad = res.stats, res.bad
+    a, e = actual, expected
     names = statistic_names(op)
     inv = invariants(op)
     n = a.size
@@ -458,6 +477,7 @@ def _record_fused(actual: Any, expected: Any, *, dtype: Any, magnitude: Any, K: 
         else:
             vals.update(op_row_rms_max=math.nan, op_row_rms_mean=math.nan, op_row_bias_max=math.nan)
         if inv:
+            a = np.asarray(a, dtype=np.float64)
             s = noise_scale(e, dtype=dtype, magnitude=magnitude, K=K, acc_dtype=acc_dtype,
                             shape=MID_SHAPE if j else PLAIN_SHAPE)
             with np.errstate(invalid="ignore", over="ignore"):
@@ -503,6 +523,14 @@ def combined_score(stats: Any, normalisers: Any, *, which: bool = False) -> Any:
     q = np.array([float(normalisers[k]) for k in keys])
     if not np.all(np.isfinite(q) & (q > 0)):
         raise ValueError(f"normalisers must be finite and > 0, got {dict(normalisers)}")
+    if all(type(stats[k]) is float for k in keys):  # one pair (a check): the same maximum, without arrays
+        best, name = -math.inf, ""
+        for k, qk in zip(keys, q.tolist()):
+            v = stats[k] / qk
+            if v > best or (not name and v == best):  # NaN skipped; the first maximum, as argmax
+                best, name = v, k
+        s0 = np.asarray(best if name else math.nan, dtype=np.float64)  # 0-d, as the array path's
+        return (s0, np.asarray(name, dtype=object)) if which else s0
     cols = np.broadcast_arrays(*[np.asarray(stats[k], dtype=np.float64) for k in keys])
     shape = cols[0].shape
     m = np.stack([c.ravel() for c in cols], axis=1) / q

@@ -223,8 +223,13 @@ def pair_op_statistics(actual: Any, expected: Any, m: ErrorMetrics, *, dtype: An
     """:func:`tolstat.measure.noise.record_statistics` of one pair, all 0 when correctly rounded."""
     st = record_statistics(actual, expected, dtype=dtype, magnitude=magnitude, K=K, rowwise=rowwise, op=op)
     if m.ulp.size and bool(correctly_rounded(np.max(m.ulp))):
-        return {k: (0.0 if not math.isnan(v) else v) for k, v in st.items()}
+        return rounded_statistics(st)
     return st
+
+
+def rounded_statistics(stats: Mapping[str, float]) -> dict[str, float]:
+    """The operator statistics of a correctly rounded output: 0, NaN where not applicable."""
+    return {k: (0.0 if not math.isnan(v) else v) for k, v in stats.items()}
 
 
 def _op_score_from_dataset(ds: Any, model: Any = None) -> RunScores:
