@@ -70,3 +70,21 @@ def test_gradual_underflow_keeps_subnormals_and_the_sign_of_zero():
 @pytest.mark.parametrize("name, p", [("float16", 11), ("bfloat16", 8), ("float32", 24), ("float64", 53)])
 def test_unit_roundoff_is_half_the_machine_epsilon(name, p):
     assert unit_roundoff(name) == 2.0 ** -p == target_dtype(name).eps / 2
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float8_e4m3fn", "float8_e5m2"])
+def test_the_cast_is_used_only_where_it_rounds_once(name):
+    """round_to_format takes ml_dtypes' cast where a probe of every value, midpoint and its
+    neighbours finds it equal to the one rounding in float64, and a cast through float32
+    (two roundings) fails the probe; either way the result is the one rounding."""
+    from tolstat._base import dtypes
+
+    td = target_dtype(name)
+    assert dtypes._probe_cast(td, lambda x: x.astype(td.np_dtype)) == dtypes._cast_rounds_once(td)
+    assert not dtypes._probe_cast(td, lambda x: x.astype(np.float32).astype(td.np_dtype))
+    rng = np.random.default_rng(9)
+    xs = np.concatenate([rng.standard_normal(2000) * 10.0 ** rng.uniform(-12, 12, 2000), [1.0 + 2.0 ** -8 + 2.0 ** -30]])
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = dtypes._round_in_float64(xs, np.isfinite(xs), td, "inf").astype(np.float64)
+        got = round_to_format(xs, name).astype(np.float64)
+    np.testing.assert_array_equal(got, want)

@@ -155,9 +155,10 @@ def round_to_format(x: Any, dtype: Any, *, overflow: str = "inf") -> np.ndarray:
     """Round values to a target dtype once: nearest even, gradual underflow.
 
     The one rounding of tolstat to an output format. numpy rounds float64 to
-    float16/float32 correctly, but ml_dtypes' casts to bfloat16 and float8 go through
-    float32 and can round twice; for those formats the rounding is done in float64 with
-    ``frexp``/``rint`` and the final cast is exact.
+    float16/float32 correctly; ml_dtypes' casts to bfloat16 and float8 do so from version
+    0.7 on, and went through float32 (rounding twice) before. Where the installed version's
+    cast is not the one rounding (:func:`_cast_rounds_once`, decided once per format), the
+    rounding is done in float64 with ``frexp``/``rint`` and the final cast is exact.
 
     Parameters
     ----------
@@ -183,8 +184,14 @@ def round_to_format(x: Any, dtype: Any, *, overflow: str = "inf") -> np.ndarray:
     if overflow == "clamp":
         x64 = np.where(finite, np.clip(x64, -td.max, td.max), x64)
     with np.errstate(over="ignore", invalid="ignore"):
-        if td.name in ("float16", "float32", "float64"):
+        if td.name in ("float16", "float32", "float64") or _cast_rounds_once(td):
             return x64.astype(td.np_dtype)
+        return _round_in_float64(x64, finite, td, overflow)
+
+
+def _round_in_float64(x64: np.ndarray, finite: np.ndarray, td: TargetDtype, overflow: str) -> np.ndarray:
+    """:func:`round_to_format` by ``frexp``/``rint`` in float64 (one rounding; the final cast is exact)."""
+    with np.errstate(over="ignore", invalid="ignore"):
         fi = _finfo(td.np_dtype)
         p = int(fi.nmant) + 1
         emin = int(np.log2(td.tiny)) + 1  # frexp exponent of the smallest normal
@@ -195,6 +202,37 @@ def round_to_format(x: Any, dtype: Any, *, overflow: str = "inf") -> np.ndarray:
         if overflow == "inf":
             q = np.where(finite & (np.abs(q) > td.max), np.copysign(np.inf if td.has_inf else np.nan, x64), q)
         return q.astype(td.np_dtype)
+
+
+_CAST_ONCE: dict[str, bool] = {}
+
+
+def _cast_rounds_once(td: TargetDtype) -> bool:
+    """Whether the installed ml_dtypes casts float64 to ``td`` with one rounding (0.7 does;
+    earlier versions went through float32). Decided once per format by comparing the cast
+    with :func:`_round_in_float64` on every value of the format, every midpoint between
+    neighbours and the float64 numbers next to it (both signs), and values beyond the range."""
+    got = _CAST_ONCE.get(td.name)
+    if got is None:
+        got = _CAST_ONCE[td.name] = _probe_cast(td, lambda x: x.astype(td.np_dtype))
+    return got
+
+
+def _probe_cast(td: TargetDtype, cast: Any) -> bool:
+    """Whether ``cast`` (float64 array -> array of ``td``) rounds as :func:`_round_in_float64` (:func:`_cast_rounds_once`)."""
+    codes = np.arange(2 ** td.bits, dtype=td.uint_dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        v = codes.view(td.np_dtype).astype(np.float64)
+    v = np.unique(v[np.isfinite(v)])
+    mid = (v[:-1] + v[1:]) / 2
+    x = np.concatenate([v, mid, np.nextafter(mid, np.inf), np.nextafter(mid, -np.inf),
+                        [td.max * 1.01, -td.max * 1.01, 1e300, -1e300, 5e-324, np.inf, -np.inf, np.nan]])
+    with np.errstate(over="ignore", invalid="ignore"):
+        a = np.asarray(cast(x), dtype=td.np_dtype).view(td.uint_dtype)
+        b = _round_in_float64(x, np.isfinite(x), td, "inf").view(td.uint_dtype)
+        nan_a = np.isnan(a.view(td.np_dtype).astype(np.float64))
+        nan_b = np.isnan(b.view(td.np_dtype).astype(np.float64))
+    return bool(np.array_equal(nan_a, nan_b) and np.array_equal(a[~nan_a], b[~nan_b]))
 
 
 _PRECISION = {  # significand bits including the implicit one
