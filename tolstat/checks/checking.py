@@ -352,23 +352,51 @@ def _operator_result(m: Any, actual: Any, expected: Any, ent: ToleranceEntry, ma
     the correctly rounded rule of :func:`tolstat.models.statistics.pair_op_statistics`;
     ``stats``: those statistics, computed by the caller's pass), their combined score, and
     the worst element (``where``)."""
-    cert = ent.certificate or {}
+    c = _op_constants(ent)
     if stats is None:
-        stats = pair_op_statistics(actual, expected, m, dtype=ent.dtype, magnitude=mag, K=K,
-                                   rowwise=bool(cert.get("rowwise", False)), op=ent.op)
-    q = dict(cert["normalisers"])
-    thr = ent.statistics["op_score"].threshold
-    s, which = combined_score(stats, q, which=True)
+        stats = pair_op_statistics(actual, expected, m, dtype=ent.dtype, magnitude=mag, K=K, rowwise=c.rowwise,
+                                   op=ent.op)
+    s, which = combined_score(stats, c.q, which=True)
     s, which = float(s), str(which)
-    values = {"op_score": s, **{k: float(stats[k]) for k in q}}
-    thresholds = {"op_score": thr, **{k: thr * q[k] for k in q}}
+    values = {"op_score": s, **{k: float(stats[k]) for k in c.q}}
     note = ("no probability quoted: the threshold is an order statistic of the combined score"
             + (f"; {which} trips first" if which else ""))
     return CheckResult.of_entry(
-        ent, values, thresholds, probabilities={k: math.nan for k in values}, notes={k: note for k in values},
-        decisive="op_score", methods={k: ent.statistics["op_score"].method for k in values},
-        atol=math.nan, rtol=math.nan, **where,
+        ent, values, c.thresholds, probabilities=dict.fromkeys(values, math.nan), notes=dict.fromkeys(values, note),
+        decisive="op_score", methods=dict(c.methods), atol=math.nan, rtol=math.nan, **where,
     )
+
+
+class _OpConstants:
+    """What every operator-form check of one table entry reads, worked out once (:func:`_op_constants`)."""
+
+    __slots__ = ("td", "u_out", "u_acc", "q", "threshold", "kq", "rowwise", "thresholds", "methods")
+
+    def __init__(self, ent: ToleranceEntry) -> None:
+        cert = ent.certificate or {}
+        self.td = target_dtype(ent.dtype)
+        self.u_out, self.u_acc = unit_roundoff(self.td.name), unit_roundoff("float32")
+        self.q = dict(cert["normalisers"])
+        self.threshold = thr = ent.statistics["op_score"].threshold
+        self.kq = thr * self.q.get("op_max", math.inf)
+        self.rowwise = bool(cert.get("rowwise", False))
+        self.thresholds = {"op_score": thr, **{k: thr * v for k, v in self.q.items()}}
+        self.methods = dict.fromkeys(self.thresholds, ent.statistics["op_score"].method)
+
+
+_OP_CONSTANTS: dict[int, tuple[ToleranceEntry, _OpConstants]] = {}
+
+
+def _op_constants(ent: ToleranceEntry) -> _OpConstants:
+    """The :class:`_OpConstants` of an entry (cached by identity, the entry kept alive with them)."""
+    hit = _OP_CONSTANTS.get(id(ent))
+    if hit is not None and hit[0] is ent:
+        return hit[1]
+    c = _OpConstants(ent)
+    if len(_OP_CONSTANTS) > 256:
+        _OP_CONSTANTS.clear()
+    _OP_CONSTANTS[id(ent)] = (ent, c)
+    return c
 
 
 def _fast_operator(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry, covariates: Mapping[str, Any] | None,
@@ -380,9 +408,10 @@ def _fast_operator(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry, covariates
     raises the errors)."""
     _validate.float_array("actual", a)
     _validate.float_array("expected", e)
-    td = target_dtype(ent.dtype)
     if a.shape != e.shape or a.size == 0:
         return None
+    c = _op_constants(ent)
+    td = c.td
     try:
         mag, K = _op_inputs(ent, covariates, magnitude)
         K = float(K)
@@ -393,17 +422,17 @@ def _fast_operator(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry, covariates
             mg = as_array(mag, name="magnitude")
             if mg.dtype.kind not in "fiu":
                 return None
-            m = np.broadcast_to(np.asarray(mg, dtype=np.float64), e.shape)
+            m = np.asarray(mg, dtype=np.float64)
+            if m.shape != e.shape:
+                m = np.broadcast_to(m, e.shape)
     except (ValueError, TypeError):
         return None
-    cert = ent.certificate or {}
     ef = np.asarray(e, dtype=np.float64)
-    u_out, u_acc = unit_roundoff(td.name), unit_roundoff("float32")
-    A, B = PLAIN_SHAPE.c_out * u_out, PLAIN_SHAPE.c_acc * u_acc * math.sqrt(K)
+    u_out = c.u_out
+    A, B = PLAIN_SHAPE.c_out * u_out, PLAIN_SHAPE.c_acc * c.u_acc * math.sqrt(K)
     C, D = MID_SHAPE.c_mid * u_out / math.sqrt(max(K, 1.0)), u_out * td.tiny
-    thr = ent.statistics["op_score"].threshold
-    kq = thr * dict(cert["normalisers"]).get("op_max", math.inf)
-    rows = bool(cert.get("rowwise", False)) and a.ndim > 0
+    kq = c.kq
+    rows = c.rowwise and a.ndim > 0
     res = op_statistics(a, ef, m, coef=(A, B, C, D), frac_k=PLAIN_SHAPE.frac_k,
                         rowlen=a.shape[-1] if rows else None, dtype=td.name, kq=kq)
     if res.nonfinite >= 0:
