@@ -267,8 +267,9 @@ def _front_kernel(d: np.ndarray, r: np.ndarray) -> np.ndarray:  # pragma: no cov
     keys = np.empty(n, dtype=np.int64)
     kmin = np.int64(0)
     kmax = np.int64(0)
+    rb = r.view(np.int64)
     for i in range(n):
-        b = np.int64(r.view(np.int64)[i])
+        b = rb[i]
         k = b ^ ((b >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))  # ordered like the floats
         keys[i] = k
         if i == 0 or k < kmin:
