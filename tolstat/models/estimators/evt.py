@@ -478,9 +478,10 @@ def _pot_gather_kernel(x, lo_p, sample_n, cap, nblocks):
     Per row: a strided sample of about ``sample_n`` values predicts ``lo`` (its quantile at
     ``lo_p``); the one read of the row then counts the valid (non-NaN) values, the negative
     and the infinite ones, takes the maximum and gathers every valid value ``>= lo``, in
-    row order, into ``buf[i, :cap]``. ``ngath[i]`` is the number gathered, -1 when more
-    than ``cap`` were (the caller then reads the row again). Only the counts are needed
-    for the result's exactness: the gathered values are the ``ngath`` largest of the row.
+    row order, into ``buf[i, :cap]`` (one more column, overwritten, serves the store of a
+    rejected value). ``ngath[i]`` is the number gathered, -1 when more than ``cap`` were
+    (the caller then reads the row again). Only the counts are needed for the result's
+    exactness: the gathered values are the ``ngath`` largest of the row.
     """
     g = x.shape[0]
     n = x.shape[1]
@@ -489,7 +490,7 @@ def _pot_gather_kernel(x, lo_p, sample_n, cap, nblocks):
     ninf = np.zeros(g, np.int64)
     mx = np.zeros(g, np.float64)
     ngath = np.zeros(g, np.int64)
-    buf = np.empty((g, cap), np.float64)
+    buf = np.empty((g, cap + 1), np.float64)
     step = max(1, n // sample_n)
     per = (g + nblocks - 1) // nblocks
     for blk in prange(nblocks):
@@ -512,23 +513,17 @@ def _pot_gather_kernel(x, lo_p, sample_n, cap, nblocks):
             big = 0.0
             c = 0
             over = False
-            for t in range(n):
-                v = row[t]
-                if v != v:
-                    continue
-                m += 1
-                if v < 0.0:
-                    neg += 1
-                if v > big:
-                    big = v
-                if abs(v) == np.inf:
-                    inf += 1
-                if v >= lo:
-                    if c < cap:
-                        b[c] = v
-                        c += 1
-                    else:
-                        over = True
+            for t in range(n):  # without branches: counts by comparison, the gather by a store that a
+                v = row[t]      # rejected value leaves to be overwritten (b has a spare slot)
+                m += v == v
+                neg += v < 0.0
+                big = v if v > big else big
+                inf += abs(v) == np.inf
+                take = v >= lo
+                b[c] = v
+                room = c < cap
+                c += take & room
+                over |= take & (not room)
             nvalid[i] = m
             nneg[i] = neg
             ninf[i] = inf
