@@ -10,6 +10,7 @@ Progress goes to stderr. Usage::
     python benchmarks/promise_table.py --quick
     python benchmarks/promise_table.py [--reps 100] [--fresh M | --fresh-factor 20] [--fresh-set per-calibration] \\
         [--cells 'light/*/default/*'] [--jobs 2] [--check-runs] [--out benchmarks/results/promise.json]
+    python benchmarks/promise_table.py --merge RUN1.json RUN2.json ... --out benchmarks/results/promise_full.json
 
 Exit status 1 when a cell breaks the promise or its refusal expectation (see
 ``_promise_sim.expected_outcome``).
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import multiprocessing
 import sys
 import time
@@ -59,9 +61,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="decide fresh runs with tolstat.check_runs (cross-checked with tolstat.check once per cell); "
                          "also set by TOLSTAT_PROMISE_CHECK_RUNS=1")
     ap.add_argument("--list", action="store_true", help="list the selected cells and exit")
+    ap.add_argument("--merge", nargs="+", type=Path, metavar="JSON", default=None,
+                    help="merge the results of several runs (their JSON files) into --out and stop")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "promise.json")
     args = ap.parse_args(argv)
 
+    if args.merge:
+        return merge(args.merge, args.out)
     vec = ps.use_check_runs(args.check_runs or None)
     batches = ps.quick_batches(vectorised=vec) if args.quick else ps.full_batches(vectorised=vec)
     repl = {}
@@ -110,6 +116,58 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_text(out.with_suffix(".md"), md)
     print(md)
     ps._stderr(f"wrote {out} and {out.with_suffix('.md')} ({secs:.0f} s)")
+    return 1 if bad else 0
+
+
+def _cell(d: dict) -> ps.CellResult:
+    """A :class:`CellResult` from its JSON (``to_dict``; derived keys dropped, null as NaN)."""
+    names = {f.name for f in dataclasses.fields(ps.CellResult)}
+    kw = {k: (float("nan") if v is None else v) for k, v in d.items() if k in names}
+    kw["fps"] = [float("nan") if v is None else v for v in kw.get("fps", [])]
+    return ps.CellResult(**kw)
+
+
+def merge(paths: list[Path], out: Path) -> int:
+    """Merge the JSON results of several runs into one table at ``out`` (JSON and ``.md``).
+
+    Besides the table: how many accepted cells are over their limit, against how many
+    would be if every cell's violation probability were exactly its allowed ``1 - g +
+    inflation`` (the sum of each cell's chance of landing over its limit), and the
+    smallest Holm-adjusted p-value of the cells' excess tests (statsmodels).
+    """
+    import json
+
+    from scipy import stats
+    from statsmodels.stats.multitest import multipletests
+
+    import tolstat
+
+    cells, metas = [], []
+    for p in paths:
+        d = json.loads(p.read_text())
+        metas.append({k: v for k, v in d.items() if k != "cells"})
+        cells += [_cell(c) for c in d["cells"]]
+    acc = [c for c in cells if c.accepted]
+    over = [c for c in acc if not c.keeps_promise]
+    expected = 0.0
+    for c in acc:
+        v = min(1.0, 1.0 - c.confidence + c.inflation)
+        expected += float(stats.binom.sf(math.floor((c.limit + c.inflation) * c.accepted + 1e-9), c.accepted, v))
+    pv = [c.p_excess for c in acc]
+    holm = float(min(multipletests(pv, method="holm")[1])) if pv else float("nan")
+    bad = [c for c in cells if not c.ok]
+    secs = sum(float(m.get("seconds") or 0.0) for m in metas)
+    md = (f"End-to-end promise of `tolstat.select` (tolstat {tolstat.__version__}), merged from {len(paths)} runs "
+          f"({secs:.0f} s of computation): {len(cells)} cells, {len(acc)} with thresholds, {len(bad)} not ok. "
+          f"Over their limit: {len(over)} cells, where {expected:.1f} are expected if every cell's violation "
+          f"probability were exactly its allowed 1 - g + inflation; smallest Holm-adjusted p-value of the cells' "
+          f"excess tests {holm:.2g}. Columns as in `promise_table.py`.\n\n" + ps.markdown_table(cells) + "\n")
+    out = out if out.suffix == ".json" else out.with_suffix(".json")
+    atomic_write_text(out, ps.results_json(cells, confidence=ps.CONFIDENCE, seconds=secs, merged=[str(p) for p in paths],
+                                           runs=metas, over_limit=len(over), over_limit_expected=expected,
+                                           holm_min_p=holm, tolstat_version=tolstat.__version__) + "\n")
+    atomic_write_text(out.with_suffix(".md"), md)
+    print(md)
     return 1 if bad else 0
 
 
