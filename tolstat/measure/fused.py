@@ -17,7 +17,10 @@ output is made:
 * :func:`sum_of_squares` and :func:`error_sums`: numpy's pairwise summation (the order of
   ``numpy.sum``), bit for bit, over values computed on the fly;
 * :func:`op_statistics`: the operator-noise statistics of
-  :func:`tolstat.measure.noise.record_statistics` (sequential sums, as recorded).
+  :func:`tolstat.measure.noise.record_statistics` (sequential sums, as recorded), with the
+  reference rounded to the output format inside the pass (:func:`_round_ref`, on the float64
+  bits) and, in the same pass, what an operator-form check needs (the worst element, the
+  exceedance count, whether the output is correctly rounded, the magnitude's checks).
 
 A non-finite value in either array makes the check kernels return None: the caller then
 takes the general path (NaN/Inf handling, reference checks, messages).
