@@ -160,7 +160,8 @@ def test_point_rule_inflation_matches_beta_binomial_monte_carlo():
 _REPS = int(os.environ.get("TOLSTAT_PROMISE_REPS", "12"))
 # per-pair checks: a fresh set of 10/a runs per calibration; with check_runs: one shared set of 100/a.
 # The slow run (and CI) takes the few-minute subset of the grid; TOLSTAT_PROMISE_GRID=full runs all
-# of it (about an hour on 2 cores; benchmarks/promise_table.py writes its table)
+# of it (benchmarks/promise_table.py writes its table; with 100 calibrations per cell and check_runs
+# the whole grid took 5,352 s on 2 cores, docs/promise_grid.md)
 _GRID = (ps.full_batches(reps=_REPS, fresh_factor=None if ps.use_check_runs() else 10.0)
          if os.environ.get("TOLSTAT_PROMISE_GRID") == "full" else ps.quick_batches())
 
