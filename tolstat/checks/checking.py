@@ -27,7 +27,7 @@ from tolstat.models.statistics import pair_op_statistics, rounded_statistics
 from tolstat.measure.noise import MID_SHAPE, PLAIN_SHAPE, combined_score, noise_scale, statistics_of_pass
 from tolstat.calibration.table import ToleranceEntry, ToleranceTable
 from tolstat.calibration.decision import entry_failed_runs, pair_is_correctly_rounded, pair_value
-from tolstat.checks.fast import cached_entry, cached_plan, fast_check, unravel
+from tolstat.checks.fast import by_identity, cached_entry, cached_plan, fast_check, unravel
 from tolstat.measure.fused import op_statistics
 from tolstat.checks.options import CheckOptions, check_options
 from tolstat.checks.result import CheckResult
@@ -388,15 +388,8 @@ _OP_CONSTANTS: dict[int, tuple[ToleranceEntry, _OpConstants]] = {}
 
 
 def _op_constants(ent: ToleranceEntry) -> _OpConstants:
-    """The :class:`_OpConstants` of an entry (cached by identity, the entry kept alive with them)."""
-    hit = _OP_CONSTANTS.get(id(ent))
-    if hit is not None and hit[0] is ent:
-        return hit[1]
-    c = _OpConstants(ent)
-    if len(_OP_CONSTANTS) > 256:
-        _OP_CONSTANTS.clear()
-    _OP_CONSTANTS[id(ent)] = (ent, c)
-    return c
+    """The :class:`_OpConstants` of an entry (cached by identity, :func:`tolstat.checks.fast.by_identity`)."""
+    return by_identity(_OP_CONSTANTS, ent, _OpConstants)
 
 
 def _fast_operator(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry, covariates: Mapping[str, Any] | None,

@@ -179,19 +179,24 @@ def cached_entry(table: ToleranceTable, op: str, dtype: str, hardware: str | Non
 _PLANS: dict[int, tuple[ToleranceEntry, CheckPlan]] = {}
 
 
+def by_identity(cache: dict[int, tuple[Any, Any]], obj: Any, make: Any) -> Any:
+    """``make(obj)``, cached in ``cache`` by the identity of ``obj`` (kept alive with its
+    value, so an identity is never reused while cached; at most 257 entries)."""
+    hit = cache.get(id(obj))
+    if hit is not None and hit[0] is obj:
+        return hit[1]
+    value = make(obj)
+    if len(cache) > 256:
+        cache.clear()
+    cache[id(obj)] = (obj, value)
+    return value
+
+
 def plan_of(entry: ToleranceEntry | CheckPlan) -> CheckPlan:
-    """The :class:`CheckPlan` of an entry given directly (cached by identity; the entry is
-    kept alive with it, so an identity is never reused while cached)."""
+    """The :class:`CheckPlan` of an entry given directly (cached by identity, :func:`by_identity`)."""
     if isinstance(entry, CheckPlan):
         return entry
-    hit = _PLANS.get(id(entry))
-    if hit is not None and hit[0] is entry:
-        return hit[1]
-    plan = CheckPlan(entry)
-    if len(_PLANS) > 256:
-        _PLANS.clear()
-    _PLANS[id(entry)] = (entry, plan)
-    return plan
+    return by_identity(_PLANS, entry, CheckPlan)
 
 
 def fast_check(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry | CheckPlan,

@@ -361,14 +361,7 @@ def check_pass(actual: np.ndarray, expected: np.ndarray, *, mode: str,
     md = CHECK_MODES[mode]
     use_m = magnitude is not None and md == 3
     lay = _NO_LAYOUT if layout is None else layout
-    lut = decode_table(a.dtype)
-    use_lut = lut is not None
-    if use_lut:
-        a = a.view(np.uint8 if a.dtype.itemsize == 1 else np.uint16)
-    else:
-        lut = _NO_LUT
-        if a.dtype != np.float32 and a.dtype != np.float64:  # (an exact ``cr`` needs the target format)
-            a = np.asarray(a, dtype=np.float64)
+    a, lut, use_lut = _kernel_output(a)  # (an exact ``cr`` needs the target format)
     crm = CR_MODES[cr]
     kern = _KERNELS.get((md, crm, use_lut, use_m)) or _get_kernel(md, crm, use_lut, use_m)
     status, best, arg, n_exc, ok, rmax = kern(a, lut, e, lay.bounds, magnitude if use_m else e, k0, k1, k2, k3, k4,
@@ -380,6 +373,18 @@ def check_pass(actual: np.ndarray, expected: np.ndarray, *, mode: str,
 
 
 _NO_LAYOUT = FormatLayout(np.ones(2), 0.0, 0.0)
+
+
+def _kernel_output(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    """How a kernel reads an output: ``(array, lut, use_lut)``, an 8/16-bit float format as
+    its bit patterns and their :func:`decode_table`, float32/float64 as they are, any other
+    dtype as float64."""
+    lut = decode_table(a.dtype)
+    if lut is not None:
+        return a.view(np.uint8 if a.dtype.itemsize == 1 else np.uint16), lut, True
+    if a.dtype != np.float32 and a.dtype != np.float64:
+        a = np.asarray(a, dtype=np.float64)
+    return a, _NO_LUT, False
 
 
 # --------------------------------------------------------------------------- numpy's pairwise sums
@@ -758,14 +763,7 @@ def op_statistics(actual: np.ndarray, expected: np.ndarray, magnitude: np.ndarra
     a = np.ravel(actual)
     e = np.ravel(expected)
     m = e if magnitude is None else np.ravel(magnitude)
-    lut = decode_table(a.dtype)
-    use_lut = lut is not None
-    if use_lut:
-        a = a.view(np.uint8 if a.dtype.itemsize == 1 else np.uint16)
-    else:
-        lut = _NO_LUT
-        if a.dtype != np.float32 and a.dtype != np.float64:
-            a = np.asarray(a, dtype=np.float64)
+    a, lut, use_lut = _kernel_output(a)
     rp, remin, rmax = round_params(dtype)
     rl = int(rowlen) if rowlen else max(1, e.size)
     A, B, C, D = (float(c) for c in coef)
