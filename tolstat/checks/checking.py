@@ -18,13 +18,13 @@ import numpy as np
 from tolstat._base import validate as _validate
 from tolstat.dataset.runs import validate_op_args
 from tolstat._base.util import group_rows
-from tolstat._base.dtypes import canonical_dtype, target_dtype, unit_roundoff
+from tolstat._base.dtypes import canonical_dtype, target_dtype
 from tolstat.dataset.schema import BUILTIN_COVARIATES
 from tolstat.measure.metrics import ErrorMetrics, as_array, error_metrics, ulp_distance
 from tolstat.models.statistics import get as get_statistic
 from tolstat.measure.metrics import metric_covariates
 from tolstat.models.statistics import pair_op_statistics, rounded_statistics
-from tolstat.measure.noise import MID_SHAPE, PLAIN_SHAPE, combined_score, noise_scale, statistics_of_pass
+from tolstat.measure.noise import PLAIN_SHAPE, combined_score, noise_scale, op_pass_coefficients, statistics_of_pass
 from tolstat.calibration.table import ToleranceEntry, ToleranceTable
 from tolstat.calibration.decision import entry_failed_runs, pair_is_correctly_rounded, pair_value
 from tolstat.checks.fast import by_identity, cached_entry, cached_plan, fast_check, unravel
@@ -370,12 +370,11 @@ def _operator_result(m: Any, actual: Any, expected: Any, ent: ToleranceEntry, ma
 class _OpConstants:
     """What every operator-form check of one table entry reads, worked out once (:func:`_op_constants`)."""
 
-    __slots__ = ("td", "u_out", "u_acc", "q", "threshold", "kq", "rowwise", "thresholds", "methods")
+    __slots__ = ("td", "q", "threshold", "kq", "rowwise", "thresholds", "methods")
 
     def __init__(self, ent: ToleranceEntry) -> None:
         cert = ent.certificate or {}
         self.td = target_dtype(ent.dtype)
-        self.u_out, self.u_acc = unit_roundoff(self.td.name), unit_roundoff("float32")
         self.q = dict(cert["normalisers"])
         self.threshold = thr = ent.statistics["op_score"].threshold
         self.kq = thr * self.q.get("op_max", math.inf)
@@ -421,9 +420,7 @@ def _fast_operator(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry, covariates
     except (ValueError, TypeError):
         return None
     ef = np.asarray(e, dtype=np.float64)
-    u_out = c.u_out
-    A, B = PLAIN_SHAPE.c_out * u_out, PLAIN_SHAPE.c_acc * c.u_acc * math.sqrt(K)
-    C, D = MID_SHAPE.c_mid * u_out / math.sqrt(max(K, 1.0)), u_out * td.tiny
+    A, B, C, D = op_pass_coefficients(td, K)
     kq = c.kq
     rows = c.rowwise and a.ndim > 0
     res = op_statistics(a, ef, m, coef=(A, B, C, D), frac_k=PLAIN_SHAPE.frac_k,

@@ -433,8 +433,7 @@ def _record_fused(actual: Any, expected: Any, *, dtype: Any, magnitude: Any, K: 
         if a.shape != e.shape or a.size == 0:
             return None
         td = target_dtype(dtype)
-        u_out, u_acc = unit_roundoff(td.name), unit_roundoff(acc_dtype)
-        k = _check_pos("K", K)
+        coef = op_pass_coefficients(td, _check_pos("K", K), acc_dtype)
         m = None
         if magnitude is not None:
             m = np.broadcast_to(_f64(magnitude, "magnitude"), e.shape)
@@ -445,11 +444,19 @@ def _record_fused(actual: Any, expected: Any, *, dtype: Any, magnitude: Any, K: 
         return None
     moved = [np.moveaxis(x, row_axis, -1) if rows else x for x in (a, e, m) if x is not None]
     res = op_statistics(moved[0], moved[1], moved[2] if m is not None else None,
-                        coef=(PLAIN_SHAPE.c_out * u_out, PLAIN_SHAPE.c_acc * u_acc * math.sqrt(k),
-                              MID_SHAPE.c_mid * u_out / math.sqrt(max(k, 1.0)), u_out * td.tiny),
-                        frac_k=PLAIN_SHAPE.frac_k, rowlen=a.shape[row_axis] if rows else None, dtype=td.name)
+                        coef=coef, frac_k=PLAIN_SHAPE.frac_k, rowlen=a.shape[row_axis] if rows else None, dtype=td.name)
     return statistics_of_pass(res, a, e, magnitude, dtype=dtype, K=K, acc_dtype=acc_dtype, row_axis=row_axis,
                               rows=rows, op=op)
+
+
+def op_pass_coefficients(td: Any, K: float, acc_dtype: Any = "float32") -> tuple[float, float, float, float]:
+    """``(A, B, C, D)`` of the one-pass operator statistics (:func:`tolstat.measure.fused.op_statistics`):
+    ``s0 = (A |e| + B m) + D`` is :func:`noise_scale` under ``PLAIN_SHAPE``, ``s1 = ((A |e| + B m) +
+    C m) + D`` under ``MID_SHAPE``, for the output format ``td`` (a :class:`TargetDtype`) and
+    the reduction length ``K``."""
+    u_out, u_acc = unit_roundoff(td.name), unit_roundoff(acc_dtype)
+    return (PLAIN_SHAPE.c_out * u_out, PLAIN_SHAPE.c_acc * u_acc * math.sqrt(K),
+            MID_SHAPE.c_mid * u_out / math.sqrt(max(K, 1.0)), u_out * td.tiny)
 
 
 def statistics_of_pass(res: Any, actual: np.ndarray, expected: np.ndarray, magnitude: Any, *, dtype: Any,
