@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
 import numpy as np
@@ -280,9 +281,37 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from tolstat.cli.report import write_report
+    src = Path(args.source)
+    table_opts = [f"--{k.replace('_', '-')}" for k in ("errors", "output", "references") if getattr(args, k)]
+    table_opts += ["--corpus"] * bool(args.corpus)
+    if src.is_dir() or src.name == "results.json":  # an evaluation folder: the Markdown report
+        if table_opts:
+            raise ValueError(f"{args.source!r} is an evaluation folder (Markdown report); {', '.join(table_opts)} "
+                             "belong to the HTML report of a table: tolstat report TABLE.json --errors ERRORS.nc")
+        from tolstat.cli.report import write_report
 
-    path = write_report(args.results)
+        path = write_report(src)
+        print(f"wrote {path}")
+        return 0
+    if not src.exists():
+        raise FileNotFoundError(f"no such table or evaluation folder: {args.source!r}")
+    if not args.errors:
+        raise ValueError(f"{args.source!r} is a table: its HTML report needs --errors ERRORS.nc (the error dataset "
+                         "whose runs it shows, usually the calibration dataset)")
+    from tolstat import load_table, open_errors
+    from tolstat.cli.html_report import write_table_report
+
+    table = load_table(src, verify=not args.no_verify)
+    refs = _power_references(table, args) if args.corpus or args.references else None
+    ds = open_errors(args.errors)
+    power = None
+    if refs is not None:
+        from tolstat.assess.power import power_report
+
+        power = power_report(table, refs)
+    out = Path(args.output) if args.output else src.with_suffix(".html")
+    path = write_table_report(out, table, ds, power=power, nearest=args.nearest,
+                              title=f"tolstat table report: {src.name} on {Path(args.errors).name}")
     print(f"wrote {path}")
     return 0
 
@@ -511,8 +540,24 @@ def _add_table_commands(sub: Any) -> None:
 
 def _add_report_commands(sub: Any) -> None:
     """Subcommands that report: ``report``, ``shift``, ``summary``, ``compare``."""
-    r = sub.add_parser("report", help="write a Markdown report (tables and plots) of an evaluation")
-    r.add_argument("results", help="folder written by 'tolstat evaluate'")
+    r = sub.add_parser("report", help="an HTML page of a table on its error dataset (TABLE --errors ERRORS: per "
+                       "group the decision values, the threshold, the runs nearest it, the recall table), or "
+                       "a Markdown report of an evaluation folder")
+    r.add_argument("source", help="TABLE.json or .nc (HTML report, with --errors), or a folder written by "
+                                  "'tolstat evaluate' (Markdown report.md in it)")
+    r.add_argument("--errors", metavar="ERRORS", help="the error dataset (.nc or .zarr) whose runs the HTML report "
+                                                      "shows, usually the one the table was calibrated on")
+    r.add_argument("-o", "--output", type=_suffix("output", (".html", ".htm")),
+                   help="the HTML file (default: the table's path with .html)")
+    r.add_argument("--nearest", type=_count("nearest"), default=5, help="runs listed per group (default 5)")
+    r.add_argument("--corpus", action="store_true",
+                   help="recall tables on the embedded corpus's calibration cases (the table's ops must be corpus ops)")
+    r.add_argument("--references", metavar="REFS.npz",
+                   help="recall tables on these references (tolstat.assess.power.save_references)")
+    r.add_argument("--n-refs", type=_count("n_refs"), default=36, help="--corpus: references per group (default 36)")
+    r.add_argument("--seed", type=int, default=0, help="--corpus: the calibration seed (default 0)")
+    r.add_argument("--full-shapes", action="store_true", help="--corpus: the full shapes (default: the quick ones)")
+    r.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     r.set_defaults(func=_cmd_report)
     t = sub.add_parser("shift", help="does a table calibrated on errors A hold on errors B (another "
                        "hardware)? score comparison and realised false-positive rate")
