@@ -202,3 +202,46 @@ def test_fused_error_metrics_equal_numpy_definition(name):
             for got, want in zip((m.signed, m.abs, m.rel, m.ref_abs, m.nonfinite), ref):
                 assert got.dtype == want.dtype
                 np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def _labels(rng, kind, n):
+    if kind == "short":
+        return np.array(["matmul", "softmax", "a", "", "é", "ĉ"])[rng.integers(0, 6, n)]
+    if kind == "long":
+        return np.array(["cpu:" + "x" * 26, "cpu:" + "y" * 26, "gpu:" + "x" * 26])[rng.integers(0, 3, n)]
+    if kind == "distinct":
+        return np.array([f"run{i}" for i in rng.permutation(n)])
+    if kind == "bytes":
+        return np.array([b"x" * 9, b"ab", b"", b"a"])[rng.integers(0, 4, n)]
+    return rng.integers(-5, 5, n)  # integers: numpy.unique itself
+
+
+@pytest.mark.parametrize("kind", ["short", "long", "distinct", "bytes", "int"])
+@pytest.mark.parametrize("collide", [False, True])
+def test_factorize_equals_numpy_unique(kind, collide, monkeypatch):
+    from tolstat._base import label_kernels
+    from tolstat._base.util import factorize
+
+    if collide:  # every hash equal: the exact comparison finds it and numpy.unique decides
+        monkeypatch.setattr(label_kernels, "row_hashes", lambda u: np.zeros(u.shape[0], dtype=np.uint64))
+    rng = np.random.default_rng(5)
+    for n in (0, 7, 5000, 20000):
+        a = _labels(rng, kind, n)
+        u, inv = np.unique(a, return_inverse=True)
+        fu, finv = factorize(a)
+        assert fu.dtype == u.dtype
+        np.testing.assert_array_equal(fu, u)
+        np.testing.assert_array_equal(finv, inv.ravel())
+        assert finv.dtype == np.int64
+
+
+def test_factorize_hash_groups_only_equal_labels(monkeypatch):
+    # labels that share a hash but differ must not be merged: a constant hash puts every
+    # label in one group, the check sees the difference
+    from tolstat._base import label_kernels
+    from tolstat._base.util import factorize
+
+    monkeypatch.setattr(label_kernels, "row_hashes", lambda u: np.zeros(u.shape[0], dtype=np.uint64))
+    a = np.array(["ab", "cb"] * 3000)
+    u, inv = factorize(a)
+    assert list(u) == ["ab", "cb"] and inv[:4].tolist() == [0, 1, 0, 1]

@@ -318,19 +318,13 @@ def duplicate_rows(columns: Mapping[str, np.ndarray], rows: int) -> np.ndarray:
 
 
 def _row_hashes(parts: list[np.ndarray], rows: int) -> np.ndarray:
-    """A 64-bit hash of each row of the byte columns ``parts`` (each ``(rows, width)`` uint8)."""
+    """A 64-bit hash of each row of the byte columns ``parts`` (each ``(rows, width)`` uint8):
+    one numba pass per column (:func:`tolstat._base.label_kernels.mix_row_hashes`), no
+    temporary copies of the rows."""
+    from tolstat._base.label_kernels import mix_row_hashes
+
     h = np.full(rows, 0xCBF29CE484222325, dtype=np.uint64)
-    mult = np.uint64(0x100000001B3)
-    with np.errstate(over="ignore"):
-        for p in parts:
-            w = p.shape[1]
-            if w % 8:
-                p = np.concatenate([p, np.zeros((rows, 8 - w % 8), dtype=np.uint8)], axis=1)
-            words = np.ascontiguousarray(p).view(np.uint64)
-            for j in range(words.shape[1]):
-                h ^= words[:, j]
-                h *= mult
-                h ^= h >> np.uint64(29)
-            h ^= np.uint64(w)
-            h *= mult
+    for p in parts:
+        # 8 bytes at a time where the width allows (every numeric column), else byte by byte
+        mix_row_hashes(h, p.view(np.uint64) if p.shape[1] % 8 == 0 and p.flags.c_contiguous else p)
     return h

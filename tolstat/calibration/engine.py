@@ -65,7 +65,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from tolstat._base import validate as _validate
-from tolstat._base.util import NotEnoughData, rows_by_code
+from tolstat._base.util import NotEnoughData, factorize, rows_by_code
 from tolstat._base.validate import unit_interval as _unit_interval
 from tolstat.calibration.certificate import (TOP_SCORES, GroupCertificate, _Ctx, _finish, _guarantee_pac, _max_bound,
                                             _outlier_flags, _score_floor)
@@ -369,15 +369,24 @@ def _checked_stats(stats: Any) -> tuple[np.ndarray, tuple[str, ...]]:
     return m, names
 
 
+def _label_array(x: Any) -> np.ndarray:
+    """Labels as an array: a numpy array of strings, integers or booleans as it is (their
+    grouping hashes or sorts natively, :func:`tolstat._base.util.factorize`), anything
+    else as Python objects (mixed types are not coerced to one)."""
+    if isinstance(x, np.ndarray) and x.dtype.kind in "USiub":
+        return x
+    return np.asarray(x, dtype=object)
+
+
 def _labels(group: Any, cluster: Any, covariates: Any, n: int) -> tuple[np.ndarray, Any, Any]:
     """Group labels, cluster labels and the covariate matrix, validated against ``n`` runs."""
-    glab = np.full(n, "all", dtype=object) if group is None else np.asarray(group, dtype=object)
+    glab = np.full(n, "all") if group is None else _label_array(group)
     if glab.ndim != 1:
         raise ValueError(f"group must be one label per run (1-D; join multi-key labels into one string), "
                          f"got shape {glab.shape}")
     if glab.size != n:
         raise ValueError(f"group has {glab.size} labels for {n} runs")
-    clab = None if cluster is None else np.asarray(cluster, dtype=object).ravel()
+    clab = None if cluster is None else _label_array(cluster).ravel()
     if clab is not None and clab.size != n:
         raise ValueError(f"cluster has {clab.size} labels for {n} runs")
     cov = None
@@ -396,8 +405,9 @@ def _labels(group: Any, cluster: Any, covariates: Any, n: int) -> tuple[np.ndarr
 
 def _group_rows(glab: np.ndarray) -> list[tuple[Any, np.ndarray]]:
     """``(group, row indices)`` in order of first appearance (:func:`rows_by_code`)."""
-    names, first, inv = np.unique(glab, return_index=True, return_inverse=True)
-    rows = rows_by_code(inv, names.size)
+    names, inv = factorize(glab)
+    rows = rows_by_code(inv, names.size)  # each group's rows ascending: its first row leads
+    first = np.array([r[0] for r in rows], dtype=np.int64)
     return [(names[j], rows[j]) for j in np.argsort(first, kind="stable")]
 
 

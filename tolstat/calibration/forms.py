@@ -227,9 +227,9 @@ def _scale_forms(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndar
         for gi, part in zip(gis, np.split(vals, np.cumsum([cal_rows[gi].size for gi in gis])[:-1])):
             scores[gi] = part
     glab = np.repeat(np.array([_label(k) for k in keys], dtype=object), [r.size for r in cal_rows])
-    clab = list(labels[np.concatenate(cal_rows)]) if labels is not None and cal_rows else []
+    rows_all = np.concatenate(cal_rows) if cal_rows else np.zeros(0, dtype=np.int64)
     res = certify({"max_score": np.concatenate(scores)}, glab,
-                  fp_budget=a, confidence=g, cluster=np.array(clab) if labels is not None else None,
+                  fp_budget=a, confidence=g, cluster=None if labels is None else np.asarray(labels)[rows_all],
                   on_refusal="record", options=_certify_options(options, 0.9, keys, operator=False))
     return res, models, units
 

@@ -20,7 +20,7 @@ import numpy as np
 import xarray as xr
 
 from tolstat._base import validate as _validate
-from tolstat._base.util import GROUP_DIMS
+from tolstat._base.util import GROUP_DIMS, factorize
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -179,7 +179,10 @@ def run_units(ds: xr.Dataset, cluster: str | None = None, groups: np.ndarray | N
 
     rows, cols, off = [], [], n
     for k in keys:
-        _, code = np.unique(np.rec.fromarrays([g, k]), return_inverse=True)
+        # one code per distinct (group, key): the key's code within the grid of both (a unit's
+        # id below is its first run, so the numbering of the codes does not matter)
+        _, kc = factorize(k)
+        _, code = np.unique(g * (int(kc.max()) + 1) + kc, return_inverse=True)
         rows.append(np.arange(n))
         cols.append(off + code.ravel())
         off += int(code.max()) + 1
