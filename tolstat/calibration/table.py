@@ -28,7 +28,7 @@ from tolstat.calibration.bounds import Calibration
 from tolstat.calibration.table_format import _check_group_keys, _uf, check_table_data
 from tolstat.models.statistics import get as get_statistic
 
-__all__ = ["TABLE_SCHEMA", "ToleranceEntry", "ToleranceTable", "load_table"]
+__all__ = ["TABLE_SCHEMA", "ToleranceEntry", "ToleranceTable", "MissingGroup", "load_table"]
 
 TABLE_SCHEMA = 1
 TAIL_KEYS = ("u", "sigma", "xi", "zeta", "gof_p")
@@ -38,6 +38,12 @@ CHECKSUM_SETTINGS = ("fp_budget", "confidence", "form", "statistics", "budget_sp
 _ACCEPT_EDIT = ("to accept an edited table on purpose, load it with tolstat.load_table(path, verify=False) "
                 "and save it again with ToleranceTable.to_json or to_netcdf, which write new checksums "
                 "('tolstat show/diff --no-verify' read it without saving)")
+
+
+class MissingGroup(KeyError):
+    """No group of the table matches ``(op, dtype, hardware)``, even with the fallbacks
+    (:meth:`ToleranceTable.entry`); a ``KeyError``. A group the table has but refused at
+    calibration raises a plain ``KeyError`` instead: it has runs, too few of them."""
 
 
 @dataclass(frozen=True)
@@ -491,7 +497,7 @@ class ToleranceTable:
             hit = self._find(str(op), dt, None if hardware is None else str(hardware))
         if hit is None:
             avail = ", ".join(f"({o}, {d}, {h})" for o, d, h in self.groups)
-            raise KeyError(
+            raise MissingGroup(
                 f"no tolerance for op={op!r}, dtype={dt!r}, hardware={hardware!r} (fallbacks tried: exact "
                 f"hardware, hardware '*', op '*'); available groups: {avail}"
             )

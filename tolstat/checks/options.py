@@ -2,7 +2,7 @@
 
 :class:`CheckOptions` holds the settings of a check beyond the pair, the table group and
 the op's own arguments (``inputs=``/``params=``): the expert override of the operator
-magnitude, the NaN rule and the hardware policy. It validates them once, when it is made.
+magnitude, the NaN rule, the hardware policy and what an uncalibrated group does. It validates them once, when it is made.
 Checks layer: imports only the base and :mod:`tolstat.calibration.hwpolicy`.
 """
 
@@ -17,7 +17,10 @@ import numpy as np
 from tolstat.calibration.hwpolicy import HARDWARE_POLICIES
 from tolstat._base.validate import option_object, short_repr as _short
 
-__all__ = ["CheckOptions"]
+__all__ = ["CheckOptions", "UNCALIBRATED"]
+
+#: what a check of a group the table does not have does (:attr:`CheckOptions.uncalibrated`)
+UNCALIBRATED = ("raise", "model")
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,6 +46,14 @@ class CheckOptions:
     hardware_policy : {None, "exact", "pooled", "nearest", "error"}
         What a check on hardware the table was not calibrated on does
         (:meth:`tolstat.ToleranceTable.entry`, :mod:`tolstat.calibration.hwpolicy`).
+    uncalibrated : {"raise", "model"}, default "raise"
+        What a check of a group the table does not have does (no group matches, even
+        with the fallbacks; or ``table=None``). ``"raise"``: ``KeyError``. ``"model"``:
+        the output is decided by the **zero-run threshold** of :func:`tolstat.ops.tolerance`
+        at the table's ``fp_budget`` (0.01 without a table) with ``stores=1``, from the
+        op's ``inputs=`` (an op :mod:`tolstat.ops` knows); the result is labelled
+        model-based (:data:`tolstat.ops.MODEL_LABEL`), never certified, and calibrating
+        the group replaces it. A group the table has but refused still raises.
 
     Raises
     ------
@@ -53,6 +64,7 @@ class CheckOptions:
     magnitude: Any = None
     allow_nan: bool = False
     hardware_policy: str | None = None
+    uncalibrated: str = "raise"
 
     def __post_init__(self) -> None:
         mag = self.magnitude
@@ -69,6 +81,8 @@ class CheckOptions:
         if pol is not None and pol not in HARDWARE_POLICIES:
             raise ValueError(f"CheckOptions.hardware_policy must be None or one of {HARDWARE_POLICIES}, got "
                              f"{_short(pol)}")
+        if not (isinstance(self.uncalibrated, str) and self.uncalibrated in UNCALIBRATED):
+            raise ValueError(f"CheckOptions.uncalibrated must be one of {UNCALIBRATED}, got {_short(self.uncalibrated)}")
 
 
 def check_options(options: Any) -> CheckOptions:

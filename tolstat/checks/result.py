@@ -263,9 +263,28 @@ def _operator_message(r: CheckResult, head: str, hw: str) -> str:
     return "\n".join(lines)
 
 
+def _zero_run_message(r: CheckResult, head: str) -> str:
+    """A check decided by the zero-run model (no table group): what it compared and that
+    the threshold is model-based."""
+    ratio = r.statistics["zero_run"]
+    idx = ", ".join(map(str, r.worst_index))
+    return "\n".join([
+        f"tolstat check {head}: op={r.op!r}, dtype={r.dtype!r}: no table group, decided by the model-based "
+        "threshold from zero runs",
+        f"  worst element at index ({idx}): actual={r.worst_actual!r}, expected={r.worst_expected!r} "
+        f"(|d|={r.worst_error:.4g}, allowed {r.worst_allowed:.4g}): {ratio:.3g}x its allowance",
+        _elements_line(r),
+        f"  allowance per element at budget {r.fp_budget:g} for the whole output: {r.guarantee}",
+        "  calibrate this group (collect correct runs, tolstat.select) to replace the model with a certified "
+        "threshold",
+    ])
+
+
 def _message(r: CheckResult) -> str:
     hw = r.hardware if r.fallback == "exact" else f"{r.hardware} ({r.fallback})"
     head = "passed" if r.passed else "FAILED"
+    if "model_zero_run" in r.methods.values():
+        return _zero_run_message(r, head)
     if "op_score" in r.statistics:
         return _operator_message(r, head, hw)
     lines = [f"tolstat check {head}: op={r.op!r}, dtype={r.dtype!r}, hardware={hw}"]
