@@ -143,3 +143,19 @@ def test_assert_close_raises_with_the_model_message():
         tolstat.assert_close(out, ref, op="matmul", dtype="float16", table=None, inputs=inputs, options=MODEL)
     out, ref, inputs = _pair(rng)
     tolstat.assert_close(out, ref, op="matmul", dtype="float16", table=None, inputs=inputs, options=MODEL)
+
+
+@pytest.mark.parametrize("policy", ["exact", "pooled", "nearest", "error"])
+def test_under_a_hardware_policy_only_a_missing_op_and_dtype_is_modelled(policy):
+    rng = np.random.default_rng(9)
+    out, ref, inputs = _pair(rng)
+    opts = CheckOptions(uncalibrated="model", hardware_policy=policy)
+    r = tolstat.check(out, ref, op="matmul", dtype="float16", table=_softmax_table(), inputs=inputs,
+                      hardware="gpu:other", options=opts)
+    assert r.methods == {"zero_run": "model_zero_run"}
+    if policy in ("exact", "error"):  # softmax/float16 is calibrated, on other hardware: the policy refuses it
+        x = rng.standard_normal((8, 64)).astype(np.float16)
+        with pytest.raises(KeyError, match="under hardware_policy") as exc:
+            tolstat.check(x, x.astype(np.float64), op="softmax", dtype="float16", table=_softmax_table(),
+                          inputs=(x, -1), hardware="gpu:other", options=opts)
+        assert not isinstance(exc.value, MissingGroup)

@@ -33,12 +33,20 @@ import difflib
 import math
 from typing import Any, Mapping, Sequence
 
-__all__ = ["HARDWARE_POLICIES", "DEFAULT_POLICY", "check_policy", "resolve_group", "machine_hardware",
-           "hardware_mismatch"]
+
+__all__ = ["HARDWARE_POLICIES", "DEFAULT_POLICY", "MissingGroup", "check_policy", "resolve_group",
+           "machine_hardware", "hardware_mismatch"]
 
 HARDWARE_POLICIES = ("exact", "pooled", "nearest", "error")
 DEFAULT_POLICY = "error"
 ANY = "*"
+
+
+class MissingGroup(KeyError):
+    """No group of a table matches ``(op, dtype, hardware)``, even with the fallbacks
+    (:meth:`tolstat.ToleranceTable.entry`; under a hardware policy: no group of that
+    ``(op, dtype)`` on any hardware); a ``KeyError``. A group the table has but refused at
+    calibration, or hardware a policy refuses, raises a plain ``KeyError`` instead."""
 
 
 def check_policy(policy: Any, *, name: str = "hardware_policy") -> str:
@@ -137,7 +145,7 @@ def resolve_group(groups: Sequence[tuple[str, str, str]], thresholds: Sequence[f
         return idx[(o, dtype, best)], (f"{tag}nearest hardware {best!r} (this machine {hardware!r} is "
                                        "not calibrated)")
     hws = sorted({k[2] for k in groups if k[1] == dtype and k[0] in (op, ANY)})
-    raise KeyError(
+    raise (KeyError if hws else MissingGroup)(
         f"no tolerance for op={op!r}, dtype={dtype!r} on this machine's hardware {hardware!r} under "
         f"hardware_policy={policy!r}: the table has this (op, dtype) for hardware {hws or 'none'}"
         + (" (all hardware in the table: " + ", ".join(sorted({k[2] for k in groups})) + ")" if not hws else "")

@@ -25,6 +25,7 @@ from tolstat._base.util import ANY, atomic_write, atomic_write_text
 from tolstat._version import __version__
 from tolstat.models.scale import ScaleModel
 from tolstat.calibration.bounds import Calibration
+from tolstat.calibration.hwpolicy import MissingGroup
 from tolstat.calibration.table_format import _check_group_keys, _uf, check_table_data
 from tolstat.models.statistics import get as get_statistic
 
@@ -38,12 +39,6 @@ CHECKSUM_SETTINGS = ("fp_budget", "confidence", "form", "statistics", "budget_sp
 _ACCEPT_EDIT = ("to accept an edited table on purpose, load it with tolstat.load_table(path, verify=False) "
                 "and save it again with ToleranceTable.to_json or to_netcdf, which write new checksums "
                 "('tolstat show/diff --no-verify' read it without saving)")
-
-
-class MissingGroup(KeyError):
-    """No group of the table matches ``(op, dtype, hardware)``, even with the fallbacks
-    (:meth:`ToleranceTable.entry`); a ``KeyError``. A group the table has but refused at
-    calibration raises a plain ``KeyError`` instead: it has runs, too few of them."""
 
 
 @dataclass(frozen=True)
