@@ -205,3 +205,74 @@ def test_store_lock_refuses_a_second_writer(tmp_path):
                 pass
     with _locked(store):  # released
         pass
+
+
+def _matmul_files(tmp_path, rng, scale=1.0, dt=np.float16):
+    a = rng.standard_normal((16, 64)).astype(dt)
+    b = rng.standard_normal((64, 16)).astype(dt)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b)
+    np.save(tmp_path / "out.npy", ((a.astype(np.float32) @ b.astype(np.float32)) * np.float32(scale)).astype(dt))
+    np.save(tmp_path / "ref.npy", a.astype(np.float64) @ b.astype(np.float64))
+    return a, b
+
+
+def test_check_with_inputs_against_an_operator_table(tmp_path, capsys):
+    # the table is calibrated through inputs= (operator form); the CLI check derives the
+    # magnitude and K from --inputs exactly as tolstat.check(inputs=...) does
+    rng = np.random.default_rng(1)
+    items = []
+    for _ in range(80):
+        a = rng.standard_normal((16, 64)).astype(np.float16)
+        b = rng.standard_normal((64, 16)).astype(np.float16)
+        out = (a.astype(np.float32) @ b.astype(np.float32) * np.float32(1 + 1e-3 * rng.standard_normal())
+               ).astype(np.float16)
+        items.append({"actual": out, "expected": a.astype(np.float64) @ b.astype(np.float64), "inputs": (a, b)})
+    ds = tolstat.from_pairs(items, op="matmul", dtype="float16", hardware="hw",
+                            options=tolstat.CollectOptions(progress=False))
+    table = tolstat.select(ds, fp_budget=0.1)
+    assert table.entry("matmul", "float16", "hw").operator
+    table.to_json(tmp_path / "t.json")
+    for scale in (1.0, 1.05):
+        a, b = _matmul_files(tmp_path, rng, scale)
+        want = tolstat.check(np.load(tmp_path / "out.npy"), np.load(tmp_path / "ref.npy"), op="matmul",
+                             dtype="float16", table=table, hardware="hw", inputs=(a, b))
+        rc = main(["check", str(tmp_path / "out.npy"), str(tmp_path / "ref.npy"), "--op", "matmul", "--dtype",
+                   "float16", "--table", str(tmp_path / "t.json"), "--hardware", "hw",
+                   "--inputs", str(tmp_path / "a.npy"), str(tmp_path / "b.npy")])
+        out = capsys.readouterr().out
+        assert rc == (0 if want.passed else 1)
+        assert ("PASS" if want.passed else "FAILED") in out
+    assert not want.passed  # the 5 % scale error fails
+
+
+def test_check_uncalibrated_model_with_literal_inputs_and_params(tmp_path, capsys):
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((8, 64)).astype(np.float16)
+    y = x.astype(np.float64)
+    ref = (y - y.mean(-1, keepdims=True)) / np.sqrt(y.var(-1, keepdims=True) + 1e-5)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "ln.npy", ref.astype(np.float16))
+    np.save(tmp_path / "ln_bad.npy", (ref * 1.05).astype(np.float16))
+    np.save(tmp_path / "ref.npy", ref)
+    base = ["--op", "layer_norm", "--dtype", "float16", "--inputs", str(tmp_path / "x.npy"), "(64,)",
+            "--param", "eps=1e-5", "--uncalibrated", "model"]
+    assert main(["check", str(tmp_path / "ln.npy"), str(tmp_path / "ref.npy"), *base]) == 0
+    assert "PASS layer_norm/float16: zero_run" in capsys.readouterr().out
+    assert main(["check", str(tmp_path / "ln_bad.npy"), str(tmp_path / "ref.npy"), *base]) == 1
+    assert "model-based threshold from zero runs" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra, message", [
+    ([], "check needs --table TABLE.json, or --uncalibrated model"),
+    (["--uncalibrated", "model", "--inputs", "A", "(1,"], "is neither a .npy/.npz file nor a Python literal"),
+    (["--uncalibrated", "model", "--param", "eps=1"], "--param needs --inputs"),
+    (["--uncalibrated", "model", "--inputs", "A", "B", "--param", "k"], "must be NAME=VALUE"),
+    (["--uncalibrated", "model", "--inputs", "A", "B", "--magnitude", "ref"], "either --inputs"),
+])
+def test_check_argument_errors_name_the_flag(tmp_path, capsys, extra, message):
+    _matmul_files(tmp_path, np.random.default_rng(3))
+    extra = [str(tmp_path / "a.npy") if x == "A" else str(tmp_path / "b.npy") if x == "B" else x for x in extra]
+    assert main(["check", str(tmp_path / "out.npy"), str(tmp_path / "ref.npy"), "--op", "matmul", "--dtype",
+                 "float16", *extra]) == 2
+    assert message in capsys.readouterr().err

@@ -185,16 +185,52 @@ def _magnitude_arg(path: str | None) -> Any:
     return _load_array(path, None).astype(np.float64)
 
 
+def _literal(flag: str, text: str) -> Any:
+    """A Python literal of the command line (``-1``, ``(64,)``, ``1e-5``, ``True``, ``'mean'``)."""
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        raise ValueError(f"{flag} {text!r} is neither a .npy/.npz file nor a Python literal (a number, a tuple "
+                         "such as '(64,)', True/False/None or a quoted string)") from None
+
+
+def _op_arguments(args: argparse.Namespace) -> tuple[tuple[Any, ...] | None, dict[str, Any] | None]:
+    """``--inputs`` (the op's positional arguments: arrays from .npy/.npz files, other values
+    as literals) and ``--param NAME=VALUE`` (its keyword arguments, literals)."""
+    if args.param and not args.inputs:
+        raise ValueError("--param needs --inputs (the op's positional arguments)")
+    if not args.inputs:
+        return None, None
+    if args.magnitude is not None:
+        raise ValueError("pass either --inputs (the operator statistics are derived from them) or --magnitude, "
+                         "not both")
+    pos = tuple(_load_array(x, args.dtype) if x.lower().endswith((".npy", ".npz")) else _literal("--inputs", x)
+                for x in args.inputs)
+    params: dict[str, Any] = {}
+    for item in args.param or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip().isidentifier():
+            raise ValueError(f"--param {item!r} must be NAME=VALUE (a keyword argument of the op)")
+        params[name.strip()] = _literal("--param", value)
+    return pos, params or None
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from tolstat import CheckOptions, check, load_table
 
-    table = load_table(args.table)
+    if args.table is None and args.uncalibrated != "model":
+        raise ValueError("check needs --table TABLE.json, or --uncalibrated model (with --inputs) for the "
+                         "model-based threshold from zero runs")
+    table = None if args.table is None else load_table(args.table)
     actual, expected = _load_array(args.actual, args.dtype), _load_array(args.expected, args.dtype)
+    inputs, params = _op_arguments(args)
     res = check(actual, expected, op=args.op,
-                dtype=args.dtype, table=table, hardware=args.hardware,
+                dtype=args.dtype, table=table, hardware=args.hardware, inputs=inputs, params=params,
                 covariates=_parse_covariates(args.cov),
                 options=CheckOptions(magnitude=_magnitude_arg(args.magnitude),
-                                     hardware_policy=args.hardware_policy))
+                                     hardware_policy=args.hardware_policy, uncalibrated=args.uncalibrated))
     print(res.message() if not res.passed else res.verdict_line())
     return 0 if res.passed else 1
 
@@ -492,12 +528,21 @@ def _add_table_commands(sub: Any) -> None:
     h.add_argument("expected", help=".npy float64 reference")
     h.add_argument("--op", required=True)
     h.add_argument("--dtype", required=True)
-    h.add_argument("--table", required=True)
+    h.add_argument("--table", default=None, help="TABLE.json or .nc (optional with --uncalibrated model)")
     h.add_argument("--hardware", default=None)
     h.add_argument("--cov", action="append", metavar="NAME=VALUE", help="covariate, e.g. K=512")
+    h.add_argument("--inputs", nargs="+", metavar="ARG",
+                   help="the op's positional arguments, in the order of the torch function named by --op: "
+                        ".npy/.npz files (arrays, in --dtype where raw bfloat16/float8) or Python literals "
+                        "(e.g. -1, '(64,)'); the operator statistics (magnitude, K) are derived from them")
+    h.add_argument("--param", action="append", metavar="NAME=VALUE",
+                   help="a keyword argument of the op as a Python literal, e.g. eps=1e-5 (with --inputs)")
     h.add_argument("--magnitude", default=None, metavar="M.npy",
-                   help="the op on absolute inputs (e.g. |A| @ |B|), needed by operator-form tables; 'ref' for "
-                        "tables calibrated with magnitude='ref'")
+                   help="expert override: the op on absolute inputs (e.g. |A| @ |B|) instead of --inputs; 'ref' "
+                        "for tables calibrated with magnitude='ref'")
+    h.add_argument("--uncalibrated", default="raise", choices=["raise", "model"],
+                   help="a group the table does not have (or no --table): 'raise' (default) or 'model': the "
+                        "model-based threshold from zero runs (needs --inputs; docs/ops.md)")
     h.add_argument("--hardware-policy", default="error", choices=["exact", "pooled", "nearest", "error"],
                    help="when this machine (or --hardware) is not in the table (default: error; "
                         "see docs/plugin.md)")
