@@ -566,13 +566,7 @@ def _add_table_commands(sub: Any) -> None:
                    help="also print what each group catches: standard wrong outputs, the smallest scale error and "
                         "offset caught on 90%% of the references, beside torch's defaults and atol=rtol=1e-2; warns "
                         "when a group passes all-zero or constant outputs (needs --corpus or --references)")
-    w.add_argument("--corpus", action="store_true",
-                   help="--power on the embedded corpus's calibration cases (the table's ops must be corpus ops)")
-    w.add_argument("--references", metavar="REFS.npz",
-                   help="--power on these references (tolstat.assess.power.save_references)")
-    w.add_argument("--n-refs", type=_count("n_refs"), default=36, help="--corpus: references per group (default 36)")
-    w.add_argument("--seed", type=int, default=0, help="--corpus: the calibration seed (default 0)")
-    w.add_argument("--full-shapes", action="store_true", help="--corpus: the full shapes (default: the quick ones)")
+    _add_reference_options(w, "--power")
     w.set_defaults(func=_cmd_show)
     f = sub.add_parser("diff", help="per-group changes between two tolerance tables (for review): thresholds, "
                        "budgets, methods, scale models and certificates")
@@ -581,6 +575,17 @@ def _add_table_commands(sub: Any) -> None:
     f.add_argument("--changed-only", action="store_true", help="leave out unchanged groups")
     f.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     f.set_defaults(func=_cmd_diff)
+
+
+def _add_reference_options(p: Any, what: str) -> None:
+    """The references of a power report (``show --power``, ``report``): the corpus's or a file's."""
+    p.add_argument("--corpus", action="store_true",
+                   help=f"{what} on the embedded corpus's calibration cases (the table's ops must be corpus ops)")
+    p.add_argument("--references", metavar="REFS.npz",
+                   help=f"{what} on these references (tolstat.assess.power.save_references)")
+    p.add_argument("--n-refs", type=_count("n_refs"), default=36, help="--corpus: references per group (default 36)")
+    p.add_argument("--seed", type=int, default=0, help="--corpus: the calibration seed (default 0)")
+    p.add_argument("--full-shapes", action="store_true", help="--corpus: the full shapes (default: the quick ones)")
 
 
 def _add_report_commands(sub: Any) -> None:
@@ -595,13 +600,7 @@ def _add_report_commands(sub: Any) -> None:
     r.add_argument("-o", "--output", type=_suffix("output", (".html", ".htm")),
                    help="the HTML file (default: the table's path with .html)")
     r.add_argument("--nearest", type=_count("nearest"), default=5, help="runs listed per group (default 5)")
-    r.add_argument("--corpus", action="store_true",
-                   help="recall tables on the embedded corpus's calibration cases (the table's ops must be corpus ops)")
-    r.add_argument("--references", metavar="REFS.npz",
-                   help="recall tables on these references (tolstat.assess.power.save_references)")
-    r.add_argument("--n-refs", type=_count("n_refs"), default=36, help="--corpus: references per group (default 36)")
-    r.add_argument("--seed", type=int, default=0, help="--corpus: the calibration seed (default 0)")
-    r.add_argument("--full-shapes", action="store_true", help="--corpus: the full shapes (default: the quick ones)")
+    _add_reference_options(r, "recall tables")
     r.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     r.set_defaults(func=_cmd_report)
     t = sub.add_parser("shift", help="does a table calibrated on errors A hold on errors B (another "
