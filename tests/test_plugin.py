@@ -438,3 +438,52 @@ def test_suite_budget_outside_the_budget_range_is_refused(pytester, table_path, 
     res = pytester.runpytest(*_LOAD)
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     assert "suite_budget must be a probability in [1e-09, 0.5]" in "\n".join(res.stderr.lines + res.stdout.lines)
+
+
+MATMUL_SUITE = """
+import numpy as np
+
+def _pair(seed, scale=1.0):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((16, 64)).astype(np.float16)
+    b = rng.standard_normal((64, 16)).astype(np.float16)
+    out = ((a.astype(np.float32) @ b.astype(np.float32)) * np.float32(scale)).astype(np.float16)
+    return out, a.astype(np.float64) @ b.astype(np.float64), (a, b)
+
+def test_matmul_good(tolstat_check):
+    out, ref, inputs = _pair(1)
+    r = tolstat_check(out, ref, op="matmul", dtype="float16", inputs=inputs)
+    assert r.methods == {"zero_run": "model_zero_run"}
+
+def test_matmul_bad(tolstat_check):
+    out, ref, inputs = _pair(2, 1.05)
+    tolstat_check(out, ref, op="matmul", dtype="float16", inputs=inputs)
+"""
+
+
+@pytest.mark.parametrize("how", ["option", "pyproject"])
+def test_uncalibrated_model_checks_groups_without_runs(pytester, table_path, how):
+    # the table has only mul3: matmul checks are decided by the zero-run model, with or without a table
+    pytester.makepyfile(MATMUL_SUITE)
+    if how == "option":
+        res = pytester.runpytest(*_LOAD, f"--tolstat-table={table_path}", "--tolstat-uncalibrated=model")
+    else:
+        pytester.makefile(".toml", pyproject='[tool.tolstat]\nuncalibrated = "model"\n')
+        res = pytester.runpytest(*_LOAD)  # no table at all
+    res.assert_outcomes(passed=1, failed=1)
+    assert "model-based threshold from zero runs" in res.stdout.str()
+
+
+def test_uncalibrated_default_raises_and_bad_values_are_usage_errors(pytester, table_path):
+    pytester.makepyfile(MATMUL_SUITE)
+    res = pytester.runpytest(*_LOAD, f"--tolstat-table={table_path}")
+    res.assert_outcomes(failed=2)
+    assert "no tolerance for op='matmul'" in res.stdout.str()
+    pytester.makefile(".toml", pyproject='[tool.tolstat]\nuncalibrated = "maybe"\nsuite_budget = 0.01\n')
+    res = pytester.runpytest(*_LOAD)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "uncalibrated must be 'raise' or 'model', got 'maybe'" in res.stderr.str()
+    pytester.makefile(".toml", pyproject='[tool.tolstat]\nuncalibrated = "model"\nsuite_budget = 0.01\n')
+    res = pytester.runpytest(*_LOAD)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "cannot split suite_budget" in res.stderr.str()

@@ -28,6 +28,13 @@ Options (command line, or ``[tool.tolstat]`` in the rootdir's ``pyproject.toml``
     What a check on a machine the table was not calibrated on does
     (:mod:`tolstat.calibration.hwpolicy`; default ``"error"``). ``exact`` and ``error`` are also
     checked against the table at startup.
+``--tolstat-uncalibrated {raise,model}`` / ``uncalibrated = "..."``
+    What a check of a group the table does not have does (default ``"raise"``, the test
+    errors): ``"model"`` decides it by the model-based threshold from zero runs
+    (:class:`tolstat.CheckOptions` ``uncalibrated="model"``; needs the op's ``inputs=``),
+    at the table's per-check budget, or 0.01 without a table: a suite of new kernels runs
+    before any calibration. Not with ``suite_budget`` and no table (the model's budget
+    would not be the suite's share).
 ``suite_budget = 0.01`` (``[tool.tolstat]`` or ``--tolstat-suite-budget``)
     False-positive budget of the whole suite, split over its checks by the union bound
     (Bonferroni): each check gets ``suite_budget / N``; see :func:`suite_table`.
@@ -103,6 +110,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     choices=["exact", "pooled", "nearest", "error"],
                     help="when this machine is not in the table (default: [tool.tolstat] "
                          "hardware_policy, else 'error')")
+    group.addoption("--tolstat-uncalibrated", action="store", default=None, choices=["raise", "model"],
+                    help="a group the table does not have (or no table): 'raise' (default) or 'model', the "
+                         "model-based threshold from zero runs (default: [tool.tolstat] uncalibrated)")
     group.addoption("--tolstat-suite-budget", action="store", default=None, type=float, metavar="A",
                     help="false-positive budget of the whole suite, split over its checks "
                          "(default: [tool.tolstat] suite_budget)")
@@ -122,7 +132,7 @@ def _pyproject(rootpath: Path) -> dict[str, Any]:
         except tomllib.TOMLDecodeError as exc:
             raise pytest.UsageError(f"tolstat: cannot parse {pp}: {exc}") from exc
     cfg = data.get("tool", {}).get("tolstat", {})
-    known = {"table", "hardware_policy", "suite_budget", "suite_checks", "suite_tail"}
+    known = {"table", "hardware_policy", "suite_budget", "suite_checks", "suite_tail", "uncalibrated"}
     bad = sorted(set(cfg) - known)
     if bad:
         raise pytest.UsageError(f"tolstat: unknown key(s) {bad} in [tool.tolstat] of {pp} (known: {sorted(known)})")
@@ -281,6 +291,11 @@ class TolstatSession:
             self.policy = check_policy(pol, name="[tool.tolstat] hardware_policy")
         except ValueError as exc:
             raise pytest.UsageError(f"tolstat: {exc}") from None
+        unc = config.getoption("--tolstat-uncalibrated")
+        self.uncalibrated = cfg.get("uncalibrated", "raise") if unc is None else unc
+        if self.uncalibrated not in ("raise", "model"):
+            raise pytest.UsageError(f"tolstat: [tool.tolstat] uncalibrated must be 'raise' or 'model', got "
+                                    f"{self.uncalibrated!r}")
         sb = config.getoption("--tolstat-suite-budget")
         self.suite_budget = cfg.get("suite_budget") if sb is None else sb
         self.suite_checks = cfg.get("suite_checks")
@@ -301,6 +316,10 @@ class TolstatSession:
                 raise pytest.UsageError(f"tolstat: {exc}") from None
         if self.suite_checks is not None and (int(self.suite_checks) != self.suite_checks or self.suite_checks < 1):
             raise pytest.UsageError(f"tolstat: suite_checks must be a positive integer, got {self.suite_checks!r}")
+        if self.uncalibrated == "model" and self.suite_budget is not None and self.table_path is None:
+            raise pytest.UsageError("tolstat: uncalibrated = 'model' without a table cannot split suite_budget over "
+                                    "the checks (the model would use 0.01 per check): give a table, or drop "
+                                    "suite_budget")
         if self.record_path:
             _check_record_path(self.record_path)
         self.worker = getattr(config, "workerinput", {}).get("workerid")
@@ -672,9 +691,10 @@ def tolstat_check(pytestconfig: pytest.Config) -> Any:
     ``@pytest.mark.tolstat(...)`` marker.
     """
     st = pytestconfig.stash[_KEY]
-    if st.table is None and not st.record_path:
+    if st.table is None and not st.record_path and st.uncalibrated != "model":
         pytest.fail("tolstat: no tolerance table configured: pass --tolstat-table PATH, set "
-                    "[tool.tolstat] table in pyproject.toml, or --tolstat-record PATH to only record",
+                    "[tool.tolstat] table in pyproject.toml, --tolstat-record PATH to only record, or "
+                    "--tolstat-uncalibrated model for model-based thresholds from zero runs",
                     pytrace=False)
 
     def tolstat_check(actual: Any, expected: Any, *, op: str | None = None, dtype: Any = None,
@@ -711,11 +731,12 @@ def tolstat_check(pytestconfig: pytest.Config) -> Any:
         st.n_checks += 1
         key = st.item.nodeid if st.item is not None else "(outside a test)"
         st.made[key] = st.made.get(key, 0) + 1
-        if st.table is not None:
+        unc = "model" if st.uncalibrated == "model" else opts.uncalibrated
+        if st.table is not None or unc == "model":
             hw = hardware if hardware is not None else st.hardware[0]
             res = assert_close(a, e, op=op, dtype=dt, table=st.table, inputs=inputs, params=params, hardware=hw,
                                covariates=covariates,
-                               options=dataclasses.replace(opts, hardware_policy=st.policy))
+                               options=dataclasses.replace(opts, hardware_policy=st.policy, uncalibrated=unc))
         if st.record_path:
             nodeid = st.item.nodeid if st.item is not None else "(outside a test)"
             st.record(a, e, op=op, dtype=dt, nodeid=nodeid, covariates=covariates, inputs=inputs, params=params)
