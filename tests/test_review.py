@@ -193,3 +193,46 @@ def test_diff_reports_added_removed_and_settings():
     assert "x2" in mm and "method order_statistic -> evt" in mm
     assert diff_tables(a, a, changed_only=True).endswith("0 changed (0 thresholds), 2 unchanged (group, statistic) entries")
     assert "add" in show_table(a)
+
+
+def _diff_data():
+    rng = np.random.default_rng(11)
+    items = []
+    for op in ("mm", "other"):
+        for _ in range(400):
+            e = rng.standard_normal(64)
+            a = (e * (1 + 2e-4 * rng.standard_normal(64))).astype(np.float16)
+            items.append((op, {"actual": a, "expected": e}))
+    parts = [tolstat.from_pairs([it for o, it in items if o == op], op=op, dtype="float16", hardware="hw",
+                                options=tolstat.CollectOptions(progress=False)) for op in ("mm", "other")]
+    return tolstat.concat(parts)
+
+
+def test_diff_counts_the_decisions_check_runs_flips(tmp_path, capsys):
+    from tolstat.calibration.review import decision_changes
+
+    ds = _diff_data()
+    old = tolstat.select(ds, fp_budget=0.01, form="allclose")
+    new = tolstat.select(ds, fp_budget=0.05, form="allclose")
+    mm_only = tolstat.select(ds.isel(run=np.flatnonzero(np.asarray(ds["op"].values) == "mm")), fp_budget=0.05,
+                             form="allclose")
+    po, pn = tolstat.check_runs(ds, old), tolstat.check_runs(ds, new)
+    ops = np.asarray(ds["op"].values).astype(str)
+    changes = {c["op"]: c for c in decision_changes(old, new, ds)}
+    for op in ("mm", "other"):
+        m = ops == op
+        c = changes[op]
+        assert c["runs"] == int(m.sum())
+        assert (c["fail_old"], c["fail_new"]) == (int((~po[m]).sum()), int((~pn[m]).sum()))
+        assert c["now_fail"] == int((po[m] & ~pn[m]).sum()) and c["now_pass"] == int((~po[m] & pn[m]).sum())
+    assert sum(c["now_fail"] for c in changes.values()) > 0  # the looser budget's thresholds fail more runs
+    # a group the new table lacks: named, not counted
+    c = {c["op"]: c for c in decision_changes(old, mm_only, ds)}["other"]
+    assert c["fail_new"] is None and "no tolerance for op='other'" in c["why_new"]
+    told, tnew, e = tmp_path / "o.json", tmp_path / "n.json", tmp_path / "e.nc"
+    old.to_json(told)
+    new.to_json(tnew)
+    tolstat.save(ds, e)
+    assert main(["diff", str(told), str(tnew), "--errors", str(e)]) == 0
+    out = capsys.readouterr().out
+    assert f"mm/float16/hw: 400 runs; fail {changes['mm']['fail_old']} -> {changes['mm']['fail_new']}" in out

@@ -25,6 +25,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 __all__ = ["table_json", "user_units", "show_table", "diff_tables", "VOLATILE_KEYS"]
 
 #: provenance keys that change on every run; written to the ``"volatile"`` block
@@ -307,7 +309,65 @@ def _group_changes(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def diff_tables(old: Any, new: Any, *, names: tuple[str, str] = ("OLD", "NEW"), changed_only: bool = False) -> str:
+def decision_changes(old: Any, new: Any, errors: Any) -> list[dict[str, Any]]:
+    """Per group of ``errors``, how the decisions of its runs differ between two tables.
+
+    Each run is decided by each table exactly as :func:`tolstat.check_runs` decides it
+    (:func:`tolstat.calibration.decision.entry_failed_runs` of the group's entry, looked up
+    from the run's ``op``, ``dtype`` and ``hardware`` labels with the tables' fallbacks).
+
+    Returns
+    -------
+    list of dict
+        One per group of runs: ``op``, ``dtype``, ``hardware``, ``runs``, ``fail_old``,
+        ``fail_new`` (counts, ``None`` where that table cannot decide the group),
+        ``now_fail`` and ``now_pass`` (runs whose decision flips), and ``why_old`` /
+        ``why_new`` (why a table cannot decide: no group, refused, a statistic missing).
+    """
+    from tolstat._base.util import group_rows
+    from tolstat.calibration.decision import entry_failed_runs
+    from tolstat.dataset.schema import validate
+
+    ds = validate(errors)
+    g = group_rows([np.asarray(ds[k].values).astype(str) for k in ("op", "dtype", "hardware")])
+    out = []
+    for (op, dt, hw), idx in zip(g.keys(), g.rows()):
+        sub = ds.isel(run=idx) if idx.size != ds.sizes["run"] else ds
+        rec: dict[str, Any] = {"op": str(op), "dtype": str(dt), "hardware": str(hw), "runs": int(idx.size)}
+        fails = []
+        for side, table in (("old", old), ("new", new)):
+            try:
+                f = entry_failed_runs(sub, table.entry(str(op), str(dt), str(hw)))
+            except (KeyError, ValueError) as exc:
+                f = None
+                rec[f"why_{side}"] = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
+            rec[f"fail_{side}"] = None if f is None else int(f.sum())
+            fails.append(f)
+        fo, fn = fails
+        both = fo is not None and fn is not None
+        rec["now_fail"] = int((~fo & fn).sum()) if both else None
+        rec["now_pass"] = int((fo & ~fn).sum()) if both else None
+        out.append(rec)
+    return out
+
+
+def _decision_lines(changes: list[dict[str, Any]]) -> list[str]:
+    lines = ["  decisions on the runs of the error dataset (as tolstat.check_runs decides them):"]
+    for c in changes:
+        head = f"    {c['op']}/{c['dtype']}/{c['hardware']}: {c['runs']} runs; "
+        if c["fail_old"] is None or c["fail_new"] is None:
+            side = "old" if c["fail_old"] is None else "new"
+            lines.append(head + f"the {side} table cannot decide them ({c['why_' + side]})")
+            continue
+        flips = c["now_fail"] + c["now_pass"]
+        lines.append(head + f"fail {c['fail_old']} -> {c['fail_new']}; "
+                     + (f"{flips} decisions change ({c['now_fail']} now fail, {c['now_pass']} now pass)" if flips
+                        else "no decision changes"))
+    return lines
+
+
+def diff_tables(old: Any, new: Any, *, names: tuple[str, str] = ("OLD", "NEW"), changed_only: bool = False,
+                errors: Any = None) -> str:
     """What changed between two tables, per group (``tolstat diff``), for a pull request.
 
     Table-level settings that differ, then one line per (group, statistic): the
@@ -317,7 +377,9 @@ def diff_tables(old: Any, new: Any, *, names: tuple[str, str] = ("OLD", "NEW"), 
     (:data:`SCALE_DECISION_FIELDS`: form, coefficients, covariates) and the certificate
     (:data:`CERTIFICATE_DECISION_FIELDS`: normalisers key by key, method, form, ...), each
     as ``field old -> new``; ``+``/``-`` for added/removed groups, ``~`` for changed
-    ones, ``=`` for unchanged ones (left out with ``changed_only``).
+    ones, ``=`` for unchanged ones (left out with ``changed_only``). With ``errors`` (an
+    error dataset, e.g. the calibration runs), per group of its runs how many decisions
+    the change flips (:func:`decision_changes`).
     """
     lines = [f"tolstat diff {names[0]} -> {names[1]}"]
     mo, mn = old.meta, new.meta
@@ -364,4 +426,6 @@ def diff_tables(old: Any, new: Any, *, names: tuple[str, str] = ("OLD", "NEW"), 
                                                 "changes")] + rows)]
     lines.append(f"{sum(r[0] != '=' for r in rows)} changed ({n_thr} thresholds), {n_same} unchanged "
                  "(group, statistic) entries")
+    if errors is not None:
+        lines += _decision_lines(decision_changes(old, new, errors))
     return "\n".join(lines)

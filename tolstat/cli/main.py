@@ -310,9 +310,14 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     from tolstat.calibration.review import diff_tables
 
     verify = not args.no_verify
+    errors = None
+    if args.errors:
+        from tolstat import open_errors
+
+        errors = open_errors(args.errors)
     print(diff_tables(load_table(args.old, verify=verify), load_table(args.new, verify=verify),
                       names=(args.old, args.new),
-                      changed_only=args.changed_only))
+                      changed_only=args.changed_only, errors=errors))
     return 0
 
 
@@ -573,6 +578,8 @@ def _add_table_commands(sub: Any) -> None:
     f.add_argument("old")
     f.add_argument("new")
     f.add_argument("--changed-only", action="store_true", help="leave out unchanged groups")
+    f.add_argument("--errors", metavar="ERRORS", help="also count, per group of this error dataset's runs (e.g. "
+                                                      "the calibration runs), the decisions the change flips")
     f.add_argument("--no-verify", action="store_true", help=_NO_VERIFY)
     f.set_defaults(func=_cmd_diff)
 
