@@ -23,9 +23,12 @@ def doc_files() -> list[Path]:
                                         if "_build" not in p.parts)]
 
 
-def snippets(path: Path) -> list[tuple[int, str, bool]]:
-    """(first line number, code, runnable) of each ```python block of ``path``."""
-    out: list[tuple[int, str, bool]] = []
+FILE = re.compile(r"^<!-- file: (\S+) -->$")
+
+
+def _blocks(path: Path) -> list[tuple[int, str, str, str]]:
+    """(first line number, language, code, the line above the fence) of each fenced block."""
+    out = []
     lines = path.read_text(encoding="utf-8").splitlines()
     i = 0
     while i < len(lines):
@@ -40,9 +43,30 @@ def snippets(path: Path) -> list[tuple[int, str, bool]]:
             j += 1
         if info in ("py", "python3", "pycon", "ipython"):
             raise AssertionError(f"{path.name}:{i + 1}: fence python code as ```python, not {info!r}")
-        if info == "python":
-            out.append((i + 2, "\n".join(lines[i + 1:j]), prev != NO_RUN))
+        out.append((i + 2, info, "\n".join(lines[i + 1:j]), prev))
         i = j + 1
+    return out
+
+
+def snippets(path: Path) -> list[tuple[int, str, bool]]:
+    """(first line number, code, runnable) of each ```python block of ``path``.
+
+    A block under a ``<!-- file: NAME -->`` line is a file of a project, not a snippet (see
+    :func:`file_blocks`); it is left out here.
+    """
+    return [(line, code, prev != NO_RUN) for line, info, code, prev in _blocks(path)
+            if info == "python" and not FILE.match(prev)]
+
+
+def file_blocks(path: Path) -> dict[str, str]:
+    """The files a page spells out: ``{NAME: text}`` of each block under ``<!-- file: NAME -->``."""
+    out: dict[str, str] = {}
+    for line, _, code, prev in _blocks(path):
+        m = FILE.match(prev)
+        if m:
+            if m.group(1) in out:
+                raise AssertionError(f"{path.name}:{line}: file {m.group(1)!r} spelled out twice")
+            out[m.group(1)] = code + "\n"
     return out
 
 
@@ -59,6 +83,10 @@ def test_snippet_parser(tmp_path):
     md.write_text("text\n```python\nx = 1\n```\n\n<!-- no-run -->\n```python\nboom(\n```\n"
                   "```bash\nls\n```\n````python\ny = x\n````\n")
     assert snippets(md) == [(3, "x = 1", True), (8, "boom(", False), (14, "y = x", True)]
+    md.write_text("<!-- file: a/b.py -->\n```python\nx = 1\n```\n<!-- file: c.toml -->\n```toml\n[t]\n```\n"
+                  "```python\ny = 2\n```\n")
+    assert snippets(md) == [(10, "y = 2", True)]
+    assert file_blocks(md) == {"a/b.py": "x = 1\n", "c.toml": "[t]\n"}
     md.write_text("```py\nx = 1\n```\n")
     with pytest.raises(AssertionError, match="fence python code as"):
         snippets(md)

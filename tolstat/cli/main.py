@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
@@ -64,6 +65,26 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     if args.output:
         save(ds, args.output)
         print(f"wrote {args.output}")
+    return 0
+
+
+def _cmd_init(args: argparse.Namespace) -> int:
+    from tolstat.cli import scaffold
+
+    plan = scaffold.plan(args.folder, args.op, args.dtype, runs=args.runs, seeds=args.checks, force=args.force)
+    scaffold.write(plan)
+    for rel in plan.files:
+        print(f"wrote {rel}")
+    for rel in plan.appended:
+        print(f"appended to {rel}")
+    for why in plan.kept:
+        print(f"left {why}")
+    n_groups = len(args.op) * len(args.dtype)
+    here = "" if os.path.abspath(args.folder) == os.getcwd() else f"cd {args.folder} && "
+    print(f"next: {here}python calibrate.py && pytest   ({n_groups} groups x {args.runs} runs, then "
+          f"{n_groups * (args.checks + 1)} checks under a suite budget of 1%)")
+    print("commit kernels.py, calibrate.py, tests/, conftest.py, pyproject.toml and tolerances.json; "
+          "not errors.nc (listed in .gitignore)")
     return 0
 
 
@@ -501,6 +522,21 @@ def _add_data_commands(sub: Any) -> None:
 
     _user_kernel_arguments(c)
     c.set_defaults(func=_cmd_collect)
+    from tolstat.cli import scaffold as _sc
+
+    i = sub.add_parser("init", help="write a calibrated pytest suite for torch kernels into a folder: kernels.py, "
+                       "calibrate.py, tests/test_kernels.py, [tool.tolstat] (then: python calibrate.py; pytest)")
+    i.add_argument("folder", nargs="?", default=".", help="the project folder (default: the current one)")
+    i.add_argument("--op", nargs="+", default=list(_sc.DEFAULT_OPS), metavar="OP",
+                   help=f"ops, torch function names (default: {' '.join(_sc.DEFAULT_OPS)}; templates: "
+                        f"{', '.join(sorted(_sc.TEMPLATES))})")
+    i.add_argument("--dtype", nargs="+", default=list(_sc.DEFAULT_DTYPES), metavar="DTYPE",
+                   help=f"low-precision dtypes (default: {' '.join(_sc.DEFAULT_DTYPES)}; of {', '.join(_sc.DTYPES)})")
+    i.add_argument("--runs", type=int, default=400, help="calibration runs per (op, dtype) (default 400, at least 300)")
+    i.add_argument("--checks", type=int, default=4, help="checks of fresh inputs per (op, dtype) in the tests "
+                                                         "(default 4)")
+    i.add_argument("--force", action="store_true", help="overwrite kernels.py, calibrate.py, tests/test_kernels.py")
+    i.set_defaults(func=_cmd_init)
 
 
 _NO_VERIFY = ("read a table whose stored fields were edited after it was saved (checksum mismatch; its values "
