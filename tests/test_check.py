@@ -173,15 +173,17 @@ def test_failure_message_exact_text():
     r = check(at, EXP, op="mm", dtype="float64", table=t, hardware="gpuB")
     assert r.message().splitlines() == [
         "tolstat check FAILED: op='mm', dtype='float64', hardware=* (any hardware)",
-        "  [FAIL] max_abs = 0.75 vs threshold 0.25 (3x the threshold; max |actual - expected|; calibrated by "
-        "order_statistic on 400 runs)",
+        "  what is wrong: the largest error |actual - expected| is 3x what the threshold allows",
+        "  [FAIL] max_abs = 0.75 vs threshold 0.25 (3x the threshold; max |actual - expected|)",
         "  allowed per element: |actual - expected| <= atol + rtol*|expected| with atol=0.25, rtol=0",
         "  worst element at index (1, 0): actual=3.75, expected=3.0 (|d|=0.75, allowed 0.25)",
         "  1 of 4 elements exceed their allowance",
         "  probability that a correct kernel gives a max_abs this large: ~0.0025 (beyond the data (the largest "
         "of 400 calibration scores is 0.2); no tail model: probability < 1/(n+1))",
-        "  (the table promises a false-positive rate <= 0.01 per check at 0.95 confidence)",
+        "  promise: a correct kernel fails this check with probability <= 0.01 (confidence 0.95; order_statistic "
+        "of 400 calibration runs)",
     ]
+    assert len(r.message().splitlines()) <= 10
     with pytest.raises(AssertionError, match=r"^my context\ntolstat check FAILED: op='mm'"):
         assert_close(at, EXP, op="mm", dtype="float64", table=t, hardware="gpuB", msg="my context")
 
@@ -193,14 +195,14 @@ def test_passing_message_exact_text():
     r = assert_close(at, EXP, op="mm", dtype="float64", table=t, hardware="gpuA")
     assert r.message().splitlines() == [
         "tolstat check passed: op='mm', dtype='float64', hardware=gpuA",
-        "  [ok] max_abs = 0.125 vs threshold 0.5 (0.25x the threshold; max |actual - expected|; calibrated by "
-        "order_statistic on 400 runs)",
+        "  [ok] max_abs = 0.125 vs threshold 0.5 (0.25x the threshold; max |actual - expected|)",
         "  allowed per element: |actual - expected| <= atol + rtol*|expected| with atol=0.5, rtol=0",
         "  worst element at index (0, 1): actual=2.125, expected=2.0 (|d|=0.125, allowed 0.5)",
         "  0 of 4 elements exceed their allowance",
         "  probability that a correct kernel gives a max_abs this large: ~0.0075 (empirical: 3 of 400 "
         "calibration runs reached this value)",
-        "  (the table promises a false-positive rate <= 0.01 per check at 0.95 confidence)",
+        "  promise: a correct kernel fails this check with probability <= 0.01 (confidence 0.95; order_statistic "
+        "of 400 calibration runs)",
     ]
 
 
@@ -211,11 +213,12 @@ def test_message_ulp_nonfinite_and_bias():
     r = check(a, np.array([1.0, 1.0, 2.0]), op="ul", dtype="float16", table=tu)
     m = r.message().splitlines()
     assert m[0] == "tolstat check FAILED: op='ul', dtype='float16', hardware=* (any hardware)"
-    assert m[1].startswith("  [FAIL] max_ulp = inf vs threshold 2 (infx the threshold; max ULP distance;")
+    assert m[1] == "  what is wrong: the largest error in ULPs of the output format is infx what the threshold allows"
+    assert m[2] == "  [FAIL] max_ulp = inf vs threshold 2 (infx the threshold; max ULP distance)"
     assert not any("allowed per element" in ln for ln in m)
-    assert m[2] == "  worst element at index (1): actual=nan, expected=1.0 (|d|=inf)"
-    assert m[3] == "  1 of 3 elements exceed their allowance; 1 non-finite outputs"
-    assert m[4] == ("  probability that a correct kernel gives a max_ulp this large: ~0 (non-finite output "
+    assert m[3] == "  worst element at index (1): actual=nan, expected=1.0 (|d|=inf)"
+    assert m[4] == "  1 of 3 elements exceed their allowance; 1 non-finite outputs"
+    assert m[5] == ("  probability that a correct kernel gives a max_ulp this large: ~0 (non-finite output "
                     "(NaN/Inf): never produced by the correct calibration runs)")
     assert r.n_exceeding == 1 and r.worst_index == (1,) and math.isnan(r.worst_allowed)
     # 1/(n+1) < 1e-3 is printed in exponent form
@@ -227,8 +230,8 @@ def test_message_ulp_nonfinite_and_bias():
     r = check(at, EXP, op="mm", dtype="float64", table=tb)
     assert r.passed and r.statistics["bias"] == pytest.approx(2.0)
     m = r.message().splitlines()
-    assert m[2].startswith("  [ok] bias = 2 vs threshold 3 (0.667x the threshold; sqrt(N)*|mean(actual - expected)| "
-                           "/ mean|actual - expected| (bias);")
+    assert m[2] == ("  [ok] bias = 2 vs threshold 3 (0.667x the threshold; sqrt(N)*|mean(actual - expected)| "
+                    "/ mean|actual - expected| (bias))")
     assert sum("probability that a correct kernel" in ln for ln in m) == 1  # passed: first statistic only
     at = EXP + 0.24
     at[0, 0] = EXP[0, 0] + 0.3
@@ -306,7 +309,7 @@ def test_probability_format_boundary_and_unknown_method():
     r = check(at, EXP, op="mm", dtype="float64", table=t)
     assert r.passed and r.probabilities["max_abs"] == 1e-3
     assert "this large: ~0.001 (empirical: 1 of 1000" in r.message()
-    assert "calibrated by ? on 1000 runs" in dataclasses.replace(r, methods={}).message()
+    assert "(confidence 0.95; ? of 1000 calibration runs)" in dataclasses.replace(r, methods={}).message()
 
 
 def test_assert_close_hides_its_frame_from_pytest(pytester):

@@ -199,6 +199,16 @@ _OP_WORDS = {
 }
 
 
+#: plain words for the per-run statistics of the scale forms and ``form=None``
+_WORDS = {
+    "max_abs": "the largest error |actual - expected|",
+    "max_ulp": "the largest error in ULPs of the output format",
+    "max_rel": "the largest relative error",
+    "max_score": "the largest error measured against its allowance atol + rtol*|expected|",
+    "bias": "a systematic shift (mean signed error against the mean error)",
+}
+
+
 def _op_words(name: str) -> str:
     base = name.removesuffix("_mid")
     if base.startswith("inv_"):
@@ -229,6 +239,10 @@ def _promise_line(r: CheckResult) -> str:
         return (f"  promise (model-based, not distribution-free): a correct kernel fails this check with probability "
                 f"<= {r.fp_budget:g} if the score's tail below the budget the {r.n_calibration} calibration runs "
                 "support is no heavier than a normal one (the table's reason says so)")
+    if "evt" in r.methods.values():
+        return (f"  promise (model-based, no finite-sample guarantee): a correct kernel fails this check with "
+                f"probability <= {r.fp_budget:g} if the generalized Pareto tail fitted to the {r.n_calibration} "
+                "calibration runs holds")
     if "conformal" in r.methods.values():
         return (f"  promise: a correct kernel fails this check with probability <= {r.fp_budget:g}, averaged over "
                 "calibration sets (split conformal, no confidence level)")
@@ -292,11 +306,15 @@ def _message(r: CheckResult) -> str:
     if "op_score" in r.statistics:
         return _operator_message(r, head, hw)
     lines = [f"tolstat check {head}: op={r.op!r}, dtype={r.dtype!r}, hardware={hw}"]
+    if r.failed:
+        k = max(r.failed, key=lambda n: r.ratios[n])
+        lines.append(f"  what is wrong: {_WORDS.get(k, _describe(k))} is {r.ratios[k]:.3g}x what the threshold "
+                     "allows")
     for k, v in r.statistics.items():
         mark = "FAIL" if k in r.failed else "ok"
         lines.append(
             f"  [{mark}] {k} = {v:.6g} vs threshold {r.thresholds[k]:.6g} ({r.ratios[k]:.3g}x the threshold; "
-            f"{_describe(k)}; calibrated by {r.methods.get(k, '?')} on {r.n_calibration} runs)"
+            f"{_describe(k)})"
         )
     if math.isfinite(r.atol):
         lines.append(f"  allowed per element: |actual - expected| <= atol + rtol*|expected| with "
@@ -315,15 +333,6 @@ def _message(r: CheckResult) -> str:
             continue
         lines.append(f"  probability that a correct kernel gives a {k} this large: ~{_fmt_p(r.probabilities[k])} "
                      f"({r.notes[k]})")
-    if r.guarantee:
-        lines.append(f"  guarantee of this threshold: {r.guarantee}")
-    if "exact" in r.methods.values():
-        lines.append(f"  (this group is exact: the table does not promise its budget {r.fp_budget:g} here; see the "
-                     "guarantee above)")
-    elif "conformal" in r.methods.values():
-        lines.append(f"  (the table promises a marginal false-positive rate <= {r.fp_budget:g} per check, averaged "
-                     "over calibration sets: split conformal, no confidence level)")
-    else:
-        lines.append(f"  (the table promises a false-positive rate <= {r.fp_budget:g} per check at "
-                     f"{r.confidence:g} confidence)")
+    # the promise in one line (the threshold's full guarantee is the result's ``guarantee``)
+    lines.append(_promise_line(r))
     return "\n".join(lines)
