@@ -175,6 +175,21 @@ def test_refused_group_is_recorded_not_raised(correct):
     assert set(res.data.status.sel({"method": "study"}).values.ravel().tolist()) == {"ok"}
 
 
+def test_summary_of_a_dataset_too_small_says_what_it_needs():
+    small = _ds(_pairs(np.random.default_rng(4), 40), op="tiny")
+    res = compare(small, methods=["tolstat", "study"], budgets=(1e-2, 1e-3), folds=3, progress=False)
+    lines = res.summary().splitlines()
+    rows = [ln for ln in lines if ln.startswith("tolstat ")]
+    assert len(rows) == 2 and all("too few runs" in ln for ln in rows)
+    assert not any("no data" in ln for ln in lines)
+    note = next(ln for ln in lines if ln.startswith("too few runs:"))
+    assert "(299 at 0.01, 2995 at 0.001)" in note and "--folds 10" in note
+    # a static rule is scored on every run: its verdict is not "too few runs"
+    assert "too few runs" not in next(ln for ln in lines if ln.startswith("study "))
+    # the JSON keeps the neutral verdict of an empty interval
+    assert {r["verdict"] for r in res.rows if r["method"] == "tolstat"} == {"no data"}
+
+
 def test_calibrate_and_score_records_errors():
     class Boom(StudyRule):
         def fit(self, train, **kw):

@@ -69,6 +69,15 @@ from tolstat._base.inference import budget_verdict, clopper_pearson
 __all__ = ["CompareResult", "compare"]
 
 
+#: the summary's verdict for a method whose folds calibrated no group at all
+_TOO_FEW = "too few runs"
+
+
+def _too_few(row: Mapping[str, Any]) -> bool:
+    """A budgeted method that had correct runs but scored none: every fold refused every group."""
+    return bool(row["budgeted"]) and row["n_runs"] > 0 and row["n_test"] == 0
+
+
 @dataclass
 class CompareResult:
     """Outcome of :func:`compare`.
@@ -111,7 +120,7 @@ class CompareResult:
                 "-" if not r["n_runs"] else f"{100 * r['n_test'] / r['n_runs']:.0f}%",
                 f"{r['fp']}/{r['n_test']}",
                 "-" if math.isnan(r["fp_rate"]) else f"{100 * r['fp_rate']:.2f}%", ci,
-                r["verdict"] + ("" if r["budgeted"] else "*"),
+                _TOO_FEW if _too_few(r) else r["verdict"] + ("" if r["budgeted"] else "*"),
                 "-" if math.isnan(r["tightness"]) else f"{r['tightness']:.3f}",
                 "-" if math.isnan(r["stability"]) else f"{r['stability']:.3f}",
                 "-" if r["n_buggy"] == 0 else f"{r['caught']}/{r['n_buggy']} ({100 * r['recall']:.1f}%)",
@@ -123,6 +132,15 @@ class CompareResult:
         notes = [("scored: share of the correct runs held out in a fold where the method had a threshold "
                   "for their group"),
                  "* static rule: makes no promise; the verdict says whether its realised rate meets the budget"]
+        if any(_too_few(r) for r in src):
+            g = self.settings.get("confidence", 0.95)
+            need = ", ".join(f"{math.ceil(math.log(1 - g) / math.log(1 - b))} at {b:g}"
+                             for b in sorted({r["budget"] for r in src if _too_few(r)}, reverse=True))
+            notes.append(f"{_TOO_FEW}: no fold could calibrate a threshold for any of the method's groups: the "
+                         f"order statistic needs ceil(log(1 - confidence) / log(1 - budget)) calibration units per "
+                         f"group or pool ({need}), from the runs outside the held-out fold (and the default's "
+                         "noise model fits on a part of them); collect more runs per group or use more folds (--folds 10) "
+                         "(the ! lines name each group's count)")
         refused = [r for r in self.group_rows if r["refused_folds"]]
         for r in refused[:8]:
             why = re.sub(r"^group \(.*?\) statistic \w+: ", "", r["reason"])
