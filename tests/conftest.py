@@ -36,3 +36,12 @@ def fp16_mul3_ref(x: np.ndarray) -> np.ndarray:
 def mul3():
     """``(kernel, reference)`` of the float16 ``x * 3`` example used across the tests."""
     return fp16_mul3, fp16_mul3_ref
+
+
+@pytest.fixture(scope="module")
+def torch_and_h5netcdf():
+    """torch and h5netcdf imported before ``pytester`` snapshots ``sys.modules`` (request it
+    before ``pytester``): an in-process pytester run drops the modules first imported during
+    its test, and neither can be imported twice. Skips without torch."""
+    pytest.importorskip("h5netcdf")
+    return pytest.importorskip("torch")

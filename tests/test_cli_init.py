@@ -16,14 +16,6 @@ from tolstat.cli.main import main
 pytest_plugins = ["pytester"]
 
 
-@pytest.fixture(scope="module")
-def torch_and_h5netcdf():
-    """torch and h5netcdf imported before ``pytester`` snapshots ``sys.modules``: its in-process
-    runs drop the modules first imported during a test, and neither can be imported twice."""
-    pytest.importorskip("h5netcdf")
-    return pytest.importorskip("torch")
-
-
 def test_init_writes_the_suite_files_and_says_what_to_commit(tmp_path, capsys):
     assert main(["init", str(tmp_path / "proj")]) == 0
     out = capsys.readouterr().out

@@ -16,14 +16,6 @@ from test_docs_snippets import ROOT, file_blocks
 
 pytest_plugins = ["pytester"]
 
-
-@pytest.fixture(scope="module")
-def torch_and_h5netcdf():
-    """torch and h5netcdf imported before ``pytester`` snapshots ``sys.modules``: its in-process
-    runs drop the modules first imported during a test, and neither can be imported twice."""
-    pytest.importorskip("h5netcdf")
-    return pytest.importorskip("torch")
-
 TUTORIAL = ROOT / "docs" / "tutorial.md"
 FILES = ("my_kernels.py", "calibrate.py", "tests/test_my_kernels.py", "pyproject.toml")
 

@@ -81,22 +81,6 @@ def softmax_inputs(dtype):
         return tolstat.Inputs(args=(x, -1))
     return make
 ''',
-    "log_softmax": '''
-def log_softmax_kernel(x, dim):          # replace with your kernel: low-precision in and out
-    return torch.log_softmax(x, dim=dim)
-
-
-def log_softmax_reference(x, dim):       # float64 on the same (rounded) inputs
-    return torch.log_softmax(x.double(), dim=dim)
-
-
-def log_softmax_inputs(dtype):
-    def make(rng):                       # one run's arguments, as torch.log_softmax takes them
-        n = {sizes}
-        x = torch.from_numpy(rng.standard_normal((16, n)) * 3.0).to(dtype)
-        return tolstat.Inputs(args=(x, -1))
-    return make
-''',
     "layer_norm": '''
 def layer_norm_kernel(x, normalized_shape, weight, bias, eps=1e-5):  # replace with your kernel
     return F.layer_norm(x, normalized_shape, weight, bias, eps=eps)
@@ -165,6 +149,9 @@ def sum_inputs(dtype):
     return make
 ''',
 }
+
+TEMPLATES["log_softmax"] = TEMPLATES["softmax"].replace("softmax", "log_softmax")
+TEMPLATES = dict(sorted(TEMPLATES.items()))
 
 DEFAULT_OPS = ("matmul", "softmax", "layer_norm")
 DEFAULT_DTYPES = ("fp16", "bf16")
