@@ -213,10 +213,18 @@ def _labels(rng, kind, n):
         return np.array([f"run{i}" for i in rng.permutation(n)])
     if kind == "bytes":
         return np.array([b"x" * 9, b"ab", b"", b"a"])[rng.integers(0, 4, n)]
-    return rng.integers(-5, 5, n)  # integers: numpy.unique itself
+    if kind == "int":
+        return rng.integers(-5, 5, n)
+    if kind == "int_ids":  # unit ids: many distinct values, in no order
+        return rng.integers(-2**40, 2**40, n) // 7
+    if kind == "uint64":  # row hashes, the top bit set too
+        return rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True) >> rng.integers(0, 3, n).astype(np.uint64)
+    if kind == "int8":
+        return rng.integers(-128, 127, n, dtype=np.int8)
+    return rng.random(n) < 0.3  # booleans
 
 
-@pytest.mark.parametrize("kind", ["short", "long", "distinct", "bytes", "int"])
+@pytest.mark.parametrize("kind", ["short", "long", "distinct", "bytes", "int", "int_ids", "uint64", "int8", "bool"])
 @pytest.mark.parametrize("collide", [False, True])
 def test_factorize_equals_numpy_unique(kind, collide, monkeypatch):
     from tolstat._base import label_kernels
@@ -245,3 +253,19 @@ def test_factorize_hash_groups_only_equal_labels(monkeypatch):
     a = np.array(["ab", "cb"] * 3000)
     u, inv = factorize(a)
     assert list(u) == ["ab", "cb"] and inv[:4].tolist() == [0, 1, 0, 1]
+
+
+@pytest.mark.parametrize("n_groups", [1, 3, 300, 40000])
+def test_rows_by_code_equals_stable_argsort_definition(n_groups):
+    from tolstat._base.util import rows_by_code
+
+    rng = np.random.default_rng(n_groups)
+    for n in (0, 1, 10, 100000):
+        codes = rng.integers(0, n_groups, n)
+        got = rows_by_code(codes, n_groups)
+        assert len(got) == n_groups
+        for g in {*range(min(n_groups, 300)), n_groups - 1}:
+            np.testing.assert_array_equal(got[g], np.flatnonzero(codes == g))
+        if n:
+            order = np.argsort(codes, kind="stable")
+            np.testing.assert_array_equal(np.concatenate(got), order)

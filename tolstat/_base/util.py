@@ -271,8 +271,10 @@ def factorize(values: Any) -> tuple[np.ndarray, np.ndarray]:
     order of first appearance), **verifies** that every value equals its group's first
     value code unit for code unit (a hash collision falls back to ``numpy.unique``), and
     sorts only the distinct values. An object array of Python strings is grouped by
-    :func:`pandas.factorize` directly (``str`` hashing and equality). Other arrays
-    (numbers, whose sort is fast, other objects, small arrays) call ``numpy.unique``.
+    :func:`pandas.factorize` directly (``str`` hashing and equality). An integer or
+    boolean array (unit ids, codes) is grouped by :func:`pandas.factorize` (exact integer
+    equality) and only its distinct values are sorted. Other arrays (floats, whose
+    ``-0.0``/``NaN`` rules are numpy's own, other objects, small arrays) call ``numpy.unique``.
 
     Returns
     -------
@@ -280,10 +282,18 @@ def factorize(values: Any) -> tuple[np.ndarray, np.ndarray]:
         The sorted distinct values (the input's dtype) and, per value, its index in them.
     """
     a = np.asarray(values)
-    if a.ndim != 1 or a.size < _FACTORIZE_MIN or a.dtype.kind not in "USO" or a.dtype.itemsize == 0:
+    if a.ndim != 1 or a.size < _FACTORIZE_MIN or a.dtype.kind not in "USOiub" or a.dtype.itemsize == 0:
         u, inv = np.unique(a, return_inverse=True)
         return u, np.asarray(inv, dtype=np.int64).ravel()
     import pandas as pd
+
+    if a.dtype.kind in "iub":
+        codes, uniq = pd.factorize(a)
+        reps = np.asarray(uniq, dtype=a.dtype)
+        order = np.argsort(reps, kind="stable")
+        rank = np.empty(order.size, dtype=np.int64)
+        rank[order] = np.arange(order.size)
+        return reps[order], rank[np.asarray(codes, dtype=np.int64)]
 
     if a.dtype.kind == "O":  # Python strings (a label per run pointing at a few shared str objects)
         if pd.api.types.infer_dtype(a, skipna=False) != "string":
@@ -317,7 +327,10 @@ def rows_by_code(codes: Any, n_groups: int) -> list[np.ndarray]:
     sort: a mask per group (``codes == g``) makes a loop over the groups quadratic in their
     number."""
     codes = np.asarray(codes, dtype=np.int64).ravel()
-    order = np.argsort(codes, kind="stable")
+    # numpy's stable sort is a radix sort for 16-bit integers: the same order in linear time
+    small = codes.size and 0 <= int(codes.min()) and int(codes.max()) <= np.iinfo(np.int16).max
+    narrow = codes.astype(np.int16) if small else codes
+    order = np.argsort(narrow, kind="stable")
     ends = np.cumsum(np.bincount(codes, minlength=n_groups)[:n_groups])
     starts = np.concatenate([[0], ends[:-1]]) if n_groups else ends
     return [order[b:e] for b, e in zip(starts, ends)]

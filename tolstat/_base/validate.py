@@ -305,8 +305,12 @@ def duplicate_rows(columns: Mapping[str, np.ndarray], rows: int) -> np.ndarray:
         parts.append(np.ascontiguousarray(v).reshape(rows, -1).view(np.uint8).reshape(rows, -1))
     # equal rows have equal hashes: only rows whose hash is shared are compared byte by byte
     # (without a copy of every row's bytes at once)
-    _, inv, cnt = np.unique(_row_hashes(parts, rows), return_inverse=True, return_counts=True)
-    cand = np.flatnonzero(cnt[inv.ravel()] > 1)
+    import pandas as pd  # comes with xarray
+
+    # which hashes occur more than once: grouped by a hash table (codes in order of first
+    # appearance; no sort of a million distinct hashes)
+    inv = np.asarray(pd.factorize(_row_hashes(parts, rows))[0], dtype=np.int64)
+    cand = np.flatnonzero(np.bincount(inv)[inv] > 1)
     if cand.size == 0:
         return np.zeros(0, dtype=np.int64)
     mat = np.ascontiguousarray(np.concatenate([p[cand] for p in parts], axis=1))

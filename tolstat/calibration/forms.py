@@ -36,7 +36,7 @@ from typing import Any, Sequence
 import numpy as np
 import xarray as xr
 
-from tolstat._base.util import NotEnoughData, rows_by_code
+from tolstat._base.util import NotEnoughData, factorize, rows_by_code
 from tolstat.calibration.certificate import pool_ref
 from tolstat.calibration.certificate import GroupCertificate
 from tolstat.calibration.engine import CertifyOptions, CertifyResult, certify
@@ -204,7 +204,7 @@ def _scale_forms(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndar
     scores: list[np.ndarray | None] = []
     free: dict[Any, list[int]] = {}  # fit-free groups per dtype: scored together, in one pass
     for gi, (key, idx) in enumerate(zip(keys, rows_by_code(codes, len(keys)))):
-        names, inv = np.unique(units.ids[idx], return_inverse=True)
+        names, inv = factorize(units.ids[idx])
         iA, _ = split_units(names.size, _n_fit(names.size, nmin), seed)
         inA = np.isin(inv, iA)
         cal_rows.append(idx[~inA])
@@ -245,7 +245,7 @@ def _stat_entry(c: GroupCertificate | None, exc: NotEnoughData | None, a: float,
 def _units_record(units: RunUnits, sel: np.ndarray) -> dict[str, Any]:
     """How a group's runs became independent units (the table records it)."""
     ids = units.ids[sel]
-    return {"n_runs": int(ids.size), "n_units": int(np.unique(ids).size), "by": units.by}
+    return {"n_runs": int(ids.size), "n_units": int(factorize(ids)[0].size), "by": units.by}
 
 
 def _certificate(c: GroupCertificate | None, exc: NotEnoughData | None, form: str, why: str,

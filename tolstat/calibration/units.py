@@ -15,6 +15,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from tolstat._base.util import factorize
+
 
 __all__ = [
     "Units",
@@ -207,7 +209,7 @@ def collapse(stats: Any, *, cluster: Any = None, covariates: Any = None,
     if lab is None:
         return Units(m, keys, n, int(n_dup), None)
     lab = lab[keep]
-    uniq, inv = np.unique(lab, return_inverse=True)
+    uniq, inv = factorize(lab)  # numpy.unique's arrays
     out = np.full((uniq.size, m.shape[1]), -np.inf)
     filled = np.zeros((uniq.size, m.shape[1]), dtype=bool)
     fin = ~np.isnan(m)

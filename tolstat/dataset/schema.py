@@ -182,7 +182,7 @@ def run_units(ds: xr.Dataset, cluster: str | None = None, groups: np.ndarray | N
         # one code per distinct (group, key): the key's code within the grid of both (a unit's
         # id below is its first run, so the numbering of the codes does not matter)
         _, kc = factorize(k)
-        _, code = np.unique(g * (int(kc.max()) + 1) + kc, return_inverse=True)
+        _, code = factorize(g * (int(kc.max()) + 1) + kc)
         rows.append(np.arange(n))
         cols.append(off + code.ravel())
         off += int(code.max()) + 1
@@ -192,7 +192,7 @@ def run_units(ds: xr.Dataset, cluster: str | None = None, groups: np.ndarray | N
     first = np.full(int(comp.max()) + 1, n, dtype=np.int64)
     np.minimum.at(first, comp[:n], np.arange(n, dtype=np.int64))
     ids = first[comp[:n]]
-    return RunUnits(ids, n, int(np.unique(ids).size), " and ".join(by))
+    return RunUnits(ids, n, int(factorize(ids)[0].size), " and ".join(by))
 
 
 def label_names(ds: xr.Dataset) -> list[str]:
@@ -362,7 +362,7 @@ def validate(ds: Any, *, deep: bool | None = None, source: str | None = None) ->
             _fail(f"label {name!r} must hold strings, holds {ds[name].dtype}", source)
     from tolstat._base.dtypes import SUPPORTED_DTYPES
 
-    bad = sorted(set(np.unique(ds["dtype"].values).tolist()) - set(SUPPORTED_DTYPES))
+    bad = sorted(set(factorize(np.asarray(ds["dtype"].values))[0].tolist()) - set(SUPPORTED_DTYPES))
     if bad:
         _fail(f"unknown dtype label(s) {bad}; supported: {list(SUPPORTED_DTYPES)}", source)
     if deep is None:
