@@ -161,7 +161,10 @@ _KERNELS_HEAD = '''"""The kernels under test, their float64 references and one r
 Replace the body of each ``*_kernel`` with a call to your kernel; keep its arguments those
 of the torch function the op is named after, so that ``inputs=`` gives tolstat the
 operator model (the magnitude and reduction length of every output element). Then run
-``python calibrate.py`` again and commit the new ``tolerances.json``.
+``python calibrate.py`` again and commit the new ``tolerances.json``. For a GPU kernel,
+create the inputs on the device (``.to("cuda")`` in each ``make``) and calibrate on that
+machine: tolerances belong to the hardware they were measured on (tolstat labels the runs
+``cuda:<GPU name>``).
 """
 import torch
 import torch.nn.functional as F
