@@ -71,7 +71,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def _cmd_init(args: argparse.Namespace) -> int:
     from tolstat.cli import scaffold
 
-    plan = scaffold.plan(args.folder, args.op, args.dtype, runs=args.runs, seeds=args.checks, force=args.force)
+    plan = scaffold.plan(args.folder, args.op, args.dtype, runs=args.runs, checks=args.checks, force=args.force)
     scaffold.write(plan)
     for rel in plan.files:
         print(f"wrote {rel}")

@@ -225,7 +225,7 @@ import pytest
 
 from kernels import CASES, case
 
-SEEDS = range({seeds})       # fresh inputs, different from the calibration runs'
+SEEDS = range({checks})       # fresh inputs, different from the calibration runs'
 
 
 def outputs(op, dtype, seed):
@@ -306,7 +306,7 @@ def _check_names(ops: Sequence[str], dtypes: Sequence[str]) -> None:
 
 
 def plan(root: str | os.PathLike[str], ops: Sequence[str] = DEFAULT_OPS,
-         dtypes: Sequence[str] = DEFAULT_DTYPES, *, runs: int = 400, seeds: int = 4,
+         dtypes: Sequence[str] = DEFAULT_DTYPES, *, runs: int = 400, checks: int = 4,
          force: bool = False) -> Scaffold:
     """The files :func:`write` would write into ``root``, without writing.
 
@@ -322,7 +322,7 @@ def plan(root: str | os.PathLike[str], ops: Sequence[str] = DEFAULT_OPS,
         Calibration runs per group in ``calibrate.py`` (at least 300, the fewest the default
         ``select`` needs for a 1% budget at 95% confidence: 299 for the order statistic, one
         for the noise model's normalisers).
-    seeds : int
+    checks : int
         Checks of fresh inputs per group in the tests.
     force : bool
         Overwrite ``kernels.py``, ``calibrate.py`` and ``tests/test_kernels.py``.
@@ -330,15 +330,15 @@ def plan(root: str | os.PathLike[str], ops: Sequence[str] = DEFAULT_OPS,
     Raises
     ------
     ValueError
-        An unknown op or dtype, ``runs`` below 300, ``seeds`` below 1, ``root`` a file, or
+        An unknown op or dtype, ``runs`` below 300, ``checks`` below 1, ``root`` a file, or
         an existing scaffold file without ``force``.
     """
     _check_names(ops, dtypes)
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 300:
-        raise ValueError(f"--runs must be an integer >= 300 (the fewest the default select needs for a 1% "
+        raise ValueError(f"runs (--runs) must be an integer >= 300 (the fewest the default select needs for a 1% "
                          f"budget at 95% confidence), got {runs!r}")
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-        raise ValueError(f"--checks must be an integer >= 1, got {seeds!r}")
+    if isinstance(checks, bool) or not isinstance(checks, int) or checks < 1:
+        raise ValueError(f"checks (--checks) must be an integer >= 1, got {checks!r}")
     rootp = Path(root)
     if rootp.exists() and not rootp.is_dir():
         raise ValueError(f"folder {os.fspath(rootp)!r} is a file")
@@ -348,7 +348,7 @@ def plan(root: str | os.PathLike[str], ops: Sequence[str] = DEFAULT_OPS,
     files = {
         "kernels.py": _KERNELS_HEAD.format(dtypes=dtype_src) + body + _KERNELS_TAIL.format(kernels=kernels_src),
         "calibrate.py": _CALIBRATE.format(runs=runs),
-        "tests/test_kernels.py": _TESTS.format(seeds=seeds),
+        "tests/test_kernels.py": _TESTS.format(checks=checks),
     }
     existing = [p for p in files if (rootp / p).exists()]
     if existing and not force:
