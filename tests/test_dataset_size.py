@@ -189,3 +189,32 @@ def test_2400_runs(tmp_path: Path) -> None:
     small = _dataset(2400, sample_size=128)
     nbytes = _check_bounded(full, small, tmp_path, 0.01)
     assert nbytes <= 10e6, (nbytes, sizes)
+
+
+def _exact_definition(v: np.ndarray) -> bool:
+    """Every value round-trips through float32 (the whole-array definition)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        back = v.astype(np.float32).astype(np.float64)
+    same = (back == v) | (np.isnan(back) & np.isnan(v))
+    return bool(same.all() and np.array_equal(np.signbit(back), np.signbit(v)))
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 20])
+def test_float32_exactness_in_blocks_equals_the_whole_array_definition(block, monkeypatch):
+    from tolstat.dataset import io
+
+    monkeypatch.setattr(io, "_EXACT_BLOCK", block)
+    rng = np.random.default_rng(block)
+    ints = rng.integers(-3000, 3000, (40, 9)).astype(np.float64)
+    ints[3, 4], ints[7, 1], ints[9, 2] = np.nan, -0.0, np.inf
+    cases = [ints, np.zeros((0, 5)), rng.standard_normal((40, 9))]
+    for where in [(0, 0), (39, 8), (20, 3)]:  # one inexact value, first, last or middle block
+        bad = ints.copy()
+        bad[where] = 0.1
+        cases.append(bad)
+    big = ints.copy()
+    big[5, 5] = 2.0 ** 200  # overflows float32: not exact
+    cases.append(big)
+    for v in cases:
+        assert io._exact_in_float32(xr.Variable(("run", "sample"), v)) == _exact_definition(v)
+    assert io._exact_in_float32(xr.Variable(("run", "sample"), ints.astype(np.float32))) is False

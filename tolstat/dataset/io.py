@@ -151,11 +151,21 @@ def _exact_in_float32(var: xr.Variable) -> bool:
     check would read everything once more)."""
     if var.dtype != np.float64 or var.chunks is not None:
         return False
-    v = np.asarray(var.values)
-    with np.errstate(over="ignore", invalid="ignore"):
-        back = v.astype(np.float32).astype(np.float64)
-    same = (back == v) | (np.isnan(back) & np.isnan(v))
-    return bool(same.all() and np.array_equal(np.signbit(back), np.signbit(v)))
+    flat = np.asarray(var.values).reshape(-1)
+    # in blocks: the temporaries stay small next to a sample of millions of values, and a
+    # variable that is not exact (the errors, the references) is told by its first block
+    for i in range(0, flat.size, _EXACT_BLOCK):
+        v = flat[i:i + _EXACT_BLOCK]
+        with np.errstate(over="ignore", invalid="ignore"):
+            back = v.astype(np.float32).astype(np.float64)
+        same = (back == v) | (np.isnan(back) & np.isnan(v))
+        if not (same.all() and np.array_equal(np.signbit(back), np.signbit(v))):
+            return False
+    return True
+
+
+#: values per block of :func:`_exact_in_float32`
+_EXACT_BLOCK = 1 << 20
 
 
 def default_encoding(ds: xr.Dataset, fmt: str, *, compress: bool = True) -> dict[str, dict[str, Any]]:
