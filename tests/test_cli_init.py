@@ -89,7 +89,7 @@ def test_init_into_a_file_is_refused(tmp_path, capsys):
 
 
 def _run(cmd: list[str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "TOLSTAT_TABLE"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 

@@ -283,28 +283,18 @@ def factorize(values: Any) -> tuple[np.ndarray, np.ndarray]:
     """
     a = np.asarray(values)
     if a.ndim != 1 or a.size < _FACTORIZE_MIN or a.dtype.kind not in "USOiub" or a.dtype.itemsize == 0:
-        u, inv = np.unique(a, return_inverse=True)
-        return u, np.asarray(inv, dtype=np.int64).ravel()
+        return _unique(a)
     import pandas as pd
 
     if a.dtype.kind in "iub":
         codes, uniq = pd.factorize(a)
-        reps = np.asarray(uniq, dtype=a.dtype)
-        order = np.argsort(reps, kind="stable")
-        rank = np.empty(order.size, dtype=np.int64)
-        rank[order] = np.arange(order.size)
-        return reps[order], rank[np.asarray(codes, dtype=np.int64)]
+        return _sorted_codes(np.asarray(uniq, dtype=a.dtype), codes)
 
     if a.dtype.kind == "O":  # Python strings (a label per run pointing at a few shared str objects)
         if pd.api.types.infer_dtype(a, skipna=False) != "string":
-            u, inv = np.unique(a, return_inverse=True)
-            return u, np.asarray(inv, dtype=np.int64).ravel()
+            return _unique(a)
         codes, uniq = pd.factorize(a)  # str equality and hash, as numpy.unique's comparisons
-        reps = np.asarray(uniq, dtype=object)
-        order = np.argsort(reps, kind="stable")
-        rank = np.empty(order.size, dtype=np.int64)
-        rank[order] = np.arange(order.size)
-        return reps[order], rank[np.asarray(codes, dtype=np.int64)]
+        return _sorted_codes(np.asarray(uniq, dtype=object), codes)
     from tolstat._base.label_kernels import row_hashes, rows_equal_first
 
     chars = np.ascontiguousarray(a).view(np.uint32 if a.dtype.kind == "U" else np.uint8).reshape(a.size, -1)
@@ -313,13 +303,23 @@ def factorize(values: Any) -> tuple[np.ndarray, np.ndarray]:
     # codes count up in order of first appearance: a new running maximum is a first occurrence
     first = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)
     if not rows_equal_first(chars, first, codes):  # a hash collision: two labels in one group
-        u, inv = np.unique(a, return_inverse=True)
-        return u, np.asarray(inv, dtype=np.int64).ravel()
-    reps = a[first]
+        return _unique(a)
+    return _sorted_codes(a[first], codes)
+
+
+def _unique(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``numpy.unique(a, return_inverse=True)``, the inverse as flat int64."""
+    u, inv = np.unique(a, return_inverse=True)
+    return u, np.asarray(inv, dtype=np.int64).ravel()
+
+
+def _sorted_codes(reps: np.ndarray, codes: Any) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values ``reps`` (in order of first appearance) sorted, and each code
+    (an index into ``reps``) renumbered to its value's rank: ``numpy.unique``'s two arrays."""
     order = np.argsort(reps, kind="stable")
     rank = np.empty(order.size, dtype=np.int64)
     rank[order] = np.arange(order.size)
-    return reps[order], rank[codes]
+    return reps[order], rank[np.asarray(codes, dtype=np.int64)]
 
 
 def rows_by_code(codes: Any, n_groups: int) -> list[np.ndarray]:

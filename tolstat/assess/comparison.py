@@ -134,7 +134,9 @@ class CompareResult:
                  "* static rule: makes no promise; the verdict says whether its realised rate meets the budget"]
         if any(_too_few(r) for r in src):
             g = self.settings.get("confidence", 0.95)
-            need = ", ".join(f"{math.ceil(math.log(1 - g) / math.log(1 - b))} at {b:g}"
+            from tolstat.models.estimators.orderstat import order_statistic_min_n
+
+            need = ", ".join(f"{order_statistic_min_n(1 - b, g)} at {b:g}"
                              for b in sorted({r["budget"] for r in src if _too_few(r)}, reverse=True))
             notes.append(f"{_TOO_FEW}: no fold could calibrate a threshold for any of the method's groups: the "
                          f"order statistic needs ceil(log(1 - confidence) / log(1 - budget)) calibration units per "
