@@ -269,7 +269,8 @@ def _gpd_mle_core(y, k, use_zs):
     if ok and best_a >= -1.0:
         sigma = best_a / best_t
         xi = best_a
-        ll = _gpd_ll(y, k, sigma, xi)
+        # the profile log-likelihood at theta is the log-likelihood at (a/theta, a): k * f
+        ll = k * best_f
         # the exponential limit (theta -> 0) is the other special point
         ll_exp = -k * math.log(mean) - k
         if ll_exp > ll:
@@ -849,13 +850,14 @@ def _exceedances(y) -> np.ndarray:
     a = np.ascontiguousarray(np.asarray(y, dtype=np.float64).ravel())
     if a.size == 0:
         raise ValueError("no exceedances to fit")
+    lo, hi = a.min(), a.max()  # two reductions without temporaries; NaN propagates into both
+    if lo >= 0 and hi < np.inf:
+        return a
     if np.isnan(a).any():
         raise ValueError("exceedances contain NaN")
     if not np.all(np.isfinite(a)):
         raise ValueError("exceedances contain inf; a GPD cannot be fitted to infinite errors")
-    if np.any(a < 0):
-        raise ValueError("exceedances must be >= 0 (values above the threshold minus it)")
-    return a
+    raise ValueError("exceedances must be >= 0 (values above the threshold minus it)")
 
 
 def gpd_loglik(y, sigma: float, xi: float) -> float:
