@@ -45,7 +45,7 @@ def test_public_collection_functions_take_at_most_ten_parameters(fn):
 def test_defaults():
     o = CollectOptions()
     assert (o.labels, o.covariates, o.sample_size, o.rel_floor, o.allow_nan, o.magnitude, o.rowwise,
-            o.progress) == (None, None, 4096, None, False, None, False, None)
+            o.progress) == (None, None, 320, None, False, None, False, None)
     s = Store("runs.zarr")
     assert (s.chunk_runs, s.chunks, s.overwrite) == (1024, None, False)
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -123,6 +123,8 @@ def save(ds: xr.Dataset, path: str | os.PathLike[str], *, encoding: Mapping[str,
         raise TypeError(f"encoding must be a mapping {{variable: encoding}} or None, got {type(encoding).__name__}")
     if not isinstance(compress, bool):
         raise TypeError(f"compress must be True or False, got {compress!r}")
+    if "sample_abs" not in dict(encoding or {}):
+        ds = _abs_derived(ds)
     enc = default_encoding(ds, fmt, compress=compress)
     for key, value in dict(encoding or {}).items():
         if not isinstance(value, Mapping):
@@ -143,6 +145,47 @@ def save(ds: xr.Dataset, path: str | os.PathLike[str], *, encoding: Mapping[str,
                        write_empty_chunks=True, zarr_format=2)
 
     return atomic_write(dest, write)
+
+
+#: attribute of a stored ``sample_abs`` whose entries equal to :data:`_DERIVED` stand for
+#: ``abs(sample_signed)`` (bit for bit the value saved there): ``|d|`` is not stored twice
+ABS_DERIVED_ATTR = "tolstat_abs_of_signed"
+#: the stored value meaning "``abs(sample_signed)``" (never a valid ``|d|``: errors are >= 0)
+_DERIVED = -1.0
+
+
+def _abs_derived(ds: xr.Dataset) -> xr.Dataset:
+    """``ds`` with ``sample_abs`` stored as :data:`_DERIVED` wherever it is bit for bit
+    ``abs(sample_signed)`` (the finite errors and the padding), the other values kept (the
+    infinite errors of non-finite outputs); unchanged where either is not an in-memory
+    float64 array. :func:`_read` restores it exactly."""
+    if "sample_abs" not in ds or "sample_signed" not in ds:
+        return ds
+    a, d = ds["sample_abs"].variable, ds["sample_signed"].variable
+    if a.dtype != np.float64 or d.dtype != np.float64 or a.chunks is not None or d.chunks is not None:
+        return ds
+    av, dv = np.asarray(a.values), np.asarray(d.values)
+    same = av.view(np.int64) == np.abs(dv).view(np.int64)
+    new = xr.Variable(a.dims, np.where(same, _DERIVED, av), dict(a.attrs))
+    new.attrs[ABS_DERIVED_ATTR] = f"{_DERIVED:g} stands for abs(sample_signed)"
+    return ds.assign(sample_abs=new)
+
+
+def _abs_restored(ds: xr.Dataset) -> xr.Dataset:
+    """Undo :func:`_abs_derived` on a dataset read (lazily where it is dask-backed)."""
+    if "sample_abs" not in ds or ABS_DERIVED_ATTR not in ds["sample_abs"].attrs:
+        return ds
+    a, d = ds["sample_abs"].variable, ds["sample_signed"].variable
+    attrs = {k: v for k, v in a.attrs.items() if k != ABS_DERIVED_ATTR}
+    enc = dict(a.encoding)
+    if a.chunks is None and d.chunks is None:
+        av = np.asarray(a.values, dtype=np.float64)
+        new = xr.Variable(a.dims, np.where(av == _DERIVED, np.abs(np.asarray(d.values, dtype=np.float64)), av), attrs)
+    else:
+        new = xr.where(ds["sample_abs"] == _DERIVED, abs(ds["sample_signed"]), ds["sample_abs"]).variable
+        new.attrs = attrs
+    new.encoding = enc
+    return ds.assign(sample_abs=new)
 
 
 def _exact_in_float32(var: xr.Variable) -> bool:
@@ -259,6 +302,8 @@ def storage_info(path: str | os.PathLike[str]) -> dict[str, Any]:
                 var = raw[name]
                 stored[name] = {"dtype": str(np.dtype(var.encoding.get("dtype", var.dtype))),
                                 "compression": _compression(var.encoding)}
+                if ABS_DERIVED_ATTR in var.attrs:
+                    stored[name]["derived"] = "abs(sample_signed) where equal, bit for bit"
         run_level = [v for k, v in raw.variables.items()
                      if k not in SAMPLE_VARS and v.dtype.kind in "fiub" and "run" in v.dims]
         stored["run-level"] = {
@@ -290,7 +335,8 @@ def describe_storage(info: Mapping[str, Any]) -> str:
              f"covariates, operator statistics), an element sample of {per_run} elements "
              f"(sample dimension {info['sample']})"]
     for name, s in info["stored"].items():
-        lines.append(f"  {name}: {s['dtype']}, compression {s['compression']}")
+        derived = f"; {s['derived']} (not stored twice)" if s.get("derived") else ""
+        lines.append(f"  {name}: {s['dtype']}, compression {s['compression']}{derived}")
     return "\n".join(lines)
 
 
@@ -401,6 +447,7 @@ def _read(real: Path, fmt: str, chunks: Any, *, load: bool = True) -> xr.Dataset
             wide[name] = new
     if wide:
         ds = ds.assign(wide)
+    ds = _abs_restored(ds)
     if chunks is None:
         ds = ds.load()
         ds.close()

@@ -59,8 +59,13 @@ class CollectOptions:
         or of a pair win).
     covariates : mapping, optional
         Covariates shared by all runs (per-run ones win).
-    sample_size : int, default 4096
-        Element-wise errors kept per run, at most :data:`MAX_SAMPLE_SIZE` (``2**24``).
+    sample_size : int, default 320
+        Element-wise errors kept per run, at most :data:`MAX_SAMPLE_SIZE` (``2**24``):
+        every element of a shorter run; of a longer one the fit sample (a uniform draw of
+        256 elements, the same for every ``sample_size`` of at least 320), the run's
+        Pareto front or its hull, and uniform draws (:func:`tolstat.dataset.records.summarize_run`).
+        Thresholds of every form are the same for any ``sample_size`` >= 320 (the
+        scale fits read the fit sample only, run scores are exact from the front).
     rel_floor : float, optional
         Floor of the relative error's denominator (see :func:`tolstat.error_metrics`);
         default: the target dtype's smallest normal number.

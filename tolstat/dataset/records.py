@@ -27,6 +27,9 @@ from tolstat.dataset.schema import (
     DEFAULT_SAMPLE_SIZE,
     FINGERPRINT,
     FINGERPRINT_ATTRS,
+    FIT_SAMPLE,
+    FIT_SAMPLE_ATTRS,
+    FIT_SAMPLE_SIZE,
     METRIC_DEFINITIONS,
     QUANTILES,
     RESERVED,
@@ -71,6 +74,9 @@ class RunRecord:
     op_rowwise: bool | None = None
     #: how the magnitude of ``op_stats`` was obtained (:data:`MAGNITUDE_SOURCES`); None without ``op_stats``
     op_magnitude: str | None = None
+    #: the first ``n_fit`` entries of ``samples`` are the run's fit sample
+    #: (:data:`~tolstat.dataset.schema.FIT_SAMPLE_SIZE`); None: unknown (the whole sample)
+    n_fit: int | None = None
 
 
 def _fmt_shape(shape: Sequence[int]) -> str:
@@ -143,32 +149,61 @@ def _linear_positions(n: int, qs: tuple[float, ...]) -> tuple[np.ndarray, ...]:
     return out
 
 
+def _fit_share(sample_size: int) -> int:
+    """The most slots of a sample of ``sample_size`` the fit sample takes in a longer run:
+    4/5 of it (rounded up), so that at least one slot, and a fifth, holds the front or its hull."""
+    return sample_size - max(1, sample_size // 5)
+
+
 def _sample_indices(metrics: ErrorMetrics, sample_size: int,
-                    rng: np.random.Generator | None) -> tuple[np.ndarray, int]:
-    """Indices of the element sample (front or hull first, then uniform) and the front length."""
+                    rng: np.random.Generator | None) -> tuple[np.ndarray, int, int]:
+    """Indices of the element sample, the front length and the fit sample's length.
+
+    The fit sample comes first: :data:`~tolstat.dataset.schema.FIT_SAMPLE_SIZE` elements drawn
+    uniformly without replacement (every element of a shorter run), drawn before anything
+    else from ``rng`` and so the same whatever ``sample_size`` is; in a run longer than its
+    sample it is cut to :func:`_fit_share` (the first elements of the draw: still uniform).
+    Then, in index order, the rest: every other element of a run of at most ``sample_size``,
+    else the front or its hull and a uniform draw from the remaining elements.
+    """
     n = metrics.n_elements
     abs_e = metrics.abs
+    if n > FIT_SAMPLE_SIZE:
+        rng = np.random.default_rng() if rng is None else rng
+        draw = rng.choice(n, size=FIT_SAMPLE_SIZE, replace=False)
+    else:
+        draw = np.arange(n)
     if n <= sample_size:
-        return np.arange(n), int(pareto_frontier(abs_e, metrics.ref_abs).size)
+        fit = np.sort(draw)
+        rest = np.setdiff1d(np.arange(n), fit, assume_unique=True)
+        return np.concatenate([fit, rest]), int(pareto_frontier(abs_e, metrics.ref_abs).size), int(fit.size)
     rng = np.random.default_rng() if rng is None else rng
+    fit = np.sort(draw[: min(draw.size, _fit_share(sample_size))])
+    room = sample_size - fit.size
     front = pareto_frontier(abs_e, metrics.ref_abs)
-    keep = front
-    if front.size > sample_size // 2:
+    keep = np.setdiff1d(front, fit, assume_unique=True)
+    if keep.size > room:
         # a long front (error ~ proportional to |ref|): keep its upper convex hull,
         # which holds the run maximum of every score |d| / (a + b*|ref|), then the
         # largest-|d| rest of the front
         hull = upper_hull(front, abs_e, metrics.ref_abs)
-        # a hull longer than the sample is cut: largest errors first, so the sample
+        if hull.size > room:
+            # exact run scores come before the fit sample's length: the fit sample gives
+            # way to the hull, down to half the sample (its first elements: still uniform)
+            fit = np.sort(draw[: min(fit.size, max(sample_size // 2, sample_size - hull.size))])
+            room = sample_size - fit.size
+        # a hull longer than the room is cut: largest errors first, so the sample
         # always holds the run's largest error (the run's max_abs)
         hull = hull[np.argsort(-abs_e[hull], kind="stable")]
         rest = np.setdiff1d(front, hull, assume_unique=True)
         rest = rest[np.argsort(-abs_e[rest], kind="stable")]
-        keep = np.concatenate([hull, rest])[: max(sample_size // 2, min(hull.size, sample_size))]
-    rest = rng.choice(n - keep.size, size=sample_size - keep.size, replace=False)
-    # map draws from the complement of `keep` back to element indices
-    ks = np.sort(keep)
-    rest = rest + np.searchsorted(ks - np.arange(ks.size), rest, side="right")
-    return np.sort(np.concatenate([keep, rest])), int(front.size)
+        order = np.concatenate([hull, rest])
+        keep = order[~np.isin(order, fit)][:room]
+    taken = np.sort(np.concatenate([fit, keep]))
+    extra = rng.choice(n - taken.size, size=room - keep.size, replace=False)
+    # map draws from the complement of `taken` back to element indices
+    extra = extra + np.searchsorted(taken - np.arange(taken.size), extra, side="right")
+    return np.concatenate([fit, np.sort(np.concatenate([keep, extra]))]), int(front.size), int(fit.size)
 
 
 def summarize_run(
@@ -186,14 +221,20 @@ def summarize_run(
 ) -> RunRecord:
     """Reduce the element-wise metrics of one run to a :class:`RunRecord`.
 
-    The element sample is a uniform random sample without replacement of
-    ``sample_size`` elements (all of them when the run is smaller) that always contains
-    the element with the largest absolute error.
+    The element sample holds every element of a run of at most ``sample_size`` elements;
+    of a longer run, ``sample_size`` elements: the fit sample (a uniform draw, below), the
+    run's Pareto front (or its upper convex hull, which holds every affine score's
+    maximum, then the largest errors of the front) and a uniform draw from the remaining
+    elements. It always contains the element with the largest absolute error. Its first
+    ``n_fit`` entries are the *fit sample* the scale fits read: a uniform draw without
+    replacement of :data:`~tolstat.dataset.schema.FIT_SAMPLE_SIZE` elements (every element of
+    a shorter run), made first from ``rng`` and so the same for every ``sample_size`` (in a
+    run longer than its sample, at most 4/5 of the sample: the draw's first elements).
     """
     if sample_size < 1:
         raise ValueError(f"sample_size must be >= 1, got {sample_size}")
     stats, q = _run_stats(metrics)
-    idx, n_front = _sample_indices(metrics, sample_size, rng)
+    idx, n_front, n_fit = _sample_indices(metrics, sample_size, rng)
     stats["n_frontier"] = n_front
     abs_e = metrics.abs
     samples = {
@@ -229,6 +270,7 @@ def summarize_run(
         stats=stats,
         quantiles=np.asarray(q, dtype=np.float64),
         samples=samples,
+        n_fit=n_fit,
     )
 
 
@@ -386,6 +428,18 @@ def _label_value(name: Any, v: Any) -> str:
     raise TypeError(f"label {name!r} must be a string or number, got {type(v).__name__}")
 
 
+def _sample_counts(records: Sequence[RunRecord], k: int) -> dict[str, xr.Variable]:
+    """``n_sample`` and, where every record knows it, ``n_fit`` of the records."""
+    n_sample = np.array([len(r.samples["sample_abs"]) for r in records], dtype=np.int64)
+    if (n_sample > k).any():
+        raise ValueError(f"a run has more samples ({n_sample.max()}) than sample_size={k}")
+    out = {"n_sample": xr.Variable("run", n_sample, {"long_name": "valid samples in the row"})}
+    if all(r.n_fit is not None for r in records):
+        out[FIT_SAMPLE] = xr.Variable("run", np.array([r.n_fit for r in records], dtype=np.int64),
+                                      dict(FIT_SAMPLE_ATTRS))
+    return out
+
+
 def build_dataset(
     records: Sequence[RunRecord],
     *,
@@ -446,10 +500,7 @@ def build_dataset(
     if all(r.ref_fingerprint is not None for r in records):
         data[FINGERPRINT] = xr.Variable("run", np.array([r.ref_fingerprint for r in records], dtype=np.int64),
                                         FINGERPRINT_ATTRS)
-    n_sample = np.array([len(r.samples["sample_abs"]) for r in records], dtype=np.int64)
-    if (n_sample > k).any():
-        raise ValueError(f"a run has more samples ({n_sample.max()}) than sample_size={k}")
-    data["n_sample"] = xr.Variable("run", n_sample, {"long_name": "valid samples in the row"})
+    data.update(_sample_counts(records, k))
     for name, (long_name, units) in SAMPLE_VARS.items():
         arr = np.full((nrun, k), np.nan)
         for i, r in enumerate(records):

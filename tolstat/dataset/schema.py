@@ -26,6 +26,9 @@ __all__ = [
     "SCHEMA_VERSION",
     "QUANTILES",
     "DEFAULT_SAMPLE_SIZE",
+    "FIT_SAMPLE_SIZE",
+    "FIT_SAMPLE",
+    "fit_counts",
     "validate",
     "concat",
     "indexed",
@@ -45,7 +48,16 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
-DEFAULT_SAMPLE_SIZE = 4096
+#: element-wise errors kept per run by default (every element of a run at most this long)
+DEFAULT_SAMPLE_SIZE = 320
+#: elements per run of the *fit sample*: a uniform draw without replacement from all of the
+#: run's elements (all of them in a run of at most this many), drawn before anything else from
+#: the run's generator and stored in the first slots of the element sample. The scale fits of
+#: :mod:`tolstat.models.scale` read these slots only, so a dataset keeping every element and
+#: one keeping a bounded sample give the same fit, and the fit sees each element at its own
+#: rate (never the front over-represented). At most 4/5 of ``sample_size`` when the run is
+#: longer than its sample.
+FIT_SAMPLE_SIZE = 256
 
 #: labels every dataset has, in this order
 SYSTEM_LABELS = ("op", "dtype", "hardware", "platform", "shape", "seed", "run_index")
@@ -73,8 +85,14 @@ SAMPLE_VARS: dict[str, tuple[str, str]] = {
 #: optional run variable: a fingerprint of the run's float64 reference (equal references,
 #: equal fingerprints: runs of the same inputs), see :func:`reference_fingerprint`
 FINGERPRINT = "ref_fingerprint"
+#: optional run variable: the first ``n_fit`` slots of the element sample are the run's fit
+#: sample (:data:`FIT_SAMPLE_SIZE`); absent in files written before it (read as ``n_sample``:
+#: the whole sample, as those files were fitted)
+FIT_SAMPLE = "n_fit"
+FIT_SAMPLE_ATTRS = {"long_name": "the first n_fit sample slots are a uniform sample of the run's elements "
+                                 "(the scale fit's)", "units": "1"}
 RESERVED = set(SYSTEM_LABELS) | set(RUN_STATS) | set(SAMPLE_VARS) | {
-    "n_sample", "abs_quantile", "quantile", "run", "sample", FINGERPRINT,
+    "n_sample", "abs_quantile", "quantile", "run", "sample", FINGERPRINT, FIT_SAMPLE,
 }
 
 METRIC_DEFINITIONS = (
@@ -87,6 +105,13 @@ METRIC_DEFINITIONS = (
 
 FINGERPRINT_ATTRS = {"long_name": "fingerprint of the float64 reference (shape and bytes; equal: same inputs)",
                      "role": "fingerprint"}
+
+
+def fit_counts(ds: xr.Dataset) -> np.ndarray:
+    """Per run, how many of the first sample slots are the fit sample (:data:`FIT_SAMPLE`):
+    ``n_fit``, or ``n_sample`` for a dataset written before it (its fits read the whole sample)."""
+    name = FIT_SAMPLE if FIT_SAMPLE in ds else "n_sample"
+    return np.asarray(ds[name].values, dtype=np.int64)
 
 
 def _unknown_fingerprints(part: int, n: int) -> np.ndarray:
@@ -350,8 +375,8 @@ def validate(ds: Any, *, deep: bool | None = None, source: str | None = None) ->
             _fail(f"covariate {name!r} listed in attrs['covariates'] is missing or not along 'run'", source)
     if "abs_quantile" not in ds or ds["abs_quantile"].dims != ("run", "quantile"):
         _fail("missing or misshaped 'abs_quantile' (run, quantile)", source)
-    if "n_sample" not in ds or ds["n_sample"].dims != ("run",):
-        _fail("missing or misshaped 'n_sample' (run,)", source)
+    if "n_sample" not in ds or ds["n_sample"].dims != ("run",) or (FIT_SAMPLE in ds and ds[FIT_SAMPLE].dims != ("run",)):
+        _fail(f"missing or misshaped 'n_sample' or {FIT_SAMPLE!r}: dims must be ('run',)", source)
     for name in SAMPLE_VARS:
         if name not in ds.data_vars:
             _fail(f"missing sample variable {name!r}", source)
@@ -380,6 +405,8 @@ def validate(ds: Any, *, deep: bool | None = None, source: str | None = None) ->
             _fail("'n_sample' out of range [0, sample]", source)
         if (ns > np.asarray(ds["n_elements"].values)).any():
             _fail("'n_sample' exceeds 'n_elements'", source)
+        if ((fit_counts(ds) < 0) | (fit_counts(ds) > ns)).any():
+            _fail(f"{FIT_SAMPLE!r} out of range [0, n_sample]", source)
         s = np.asarray(ds["sample_abs"].values)
         # in blocks of runs: the temporaries stay small next to the sample (same checks, same order)
         blocks = [slice(i, i + _CHECK_BLOCK) for i in range(0, s.shape[0], _CHECK_BLOCK)]
@@ -488,7 +515,12 @@ def concat(datasets: Iterable[xr.Dataset]) -> xr.Dataset:
     padded = []
     prov: list[Any] = []
     some_fp = any(FINGERPRINT in d for d in dss)
+    some_fit = any(FIT_SAMPLE in d for d in dss)
     for i, d in enumerate(dss):
+        if some_fit and FIT_SAMPLE not in d:
+            # runs of a file written before the fit sample: their fits read the whole sample
+            d = d.assign({FIT_SAMPLE: xr.Variable("run", np.asarray(d["n_sample"].values, dtype=np.int64),
+                                                  FIT_SAMPLE_ATTRS)})
         if some_fp and FINGERPRINT not in d:
             # runs recorded without a fingerprint (older files): each its own unit, as before
             d = d.assign({FINGERPRINT: xr.Variable("run", _unknown_fingerprints(i, d.sizes["run"]),

@@ -57,7 +57,7 @@ from tolstat._version import __version__
 from tolstat.dataset.runs import _as_inputs, _hardware_of_runs, _merged, _name, _provenance, _record, uses_op_model
 from tolstat.dataset.options import CollectOptions, Store
 from tolstat.dataset.records import RunRecord, _label_value, build_dataset
-from tolstat.dataset.schema import BUILTIN_COVARIATES, FINGERPRINT, RUN_STATS, SAMPLE_VARS
+from tolstat.dataset.schema import BUILTIN_COVARIATES, FINGERPRINT, FIT_SAMPLE, RUN_STATS, SAMPLE_VARS
 from tolstat.dataset.io import open_errors
 
 __all__ = ["open_store", "store_progress", "StoreProgress"]
@@ -301,6 +301,9 @@ def _write_block(arrays: Mapping[str, Any], block: list[tuple[int, RunRecord]], 
     if FINGERPRINT in arrays:
         arrays[FINGERPRINT][sl] = np.array([r.ref_fingerprint for r in recs], dtype=np.int64)
     arrays["n_sample"][sl] = np.array([len(r.samples["sample_abs"]) for r in recs])
+    if FIT_SAMPLE in arrays:
+        arrays[FIT_SAMPLE][sl] = np.array([len(r.samples["sample_abs"]) if r.n_fit is None else r.n_fit
+                                           for r in recs], dtype=np.int64)
     arrays["seed"][sl] = np.array([r.seed for r in recs])
     arrays["run_index"][sl] = np.array([r.run_index for r in recs])
 

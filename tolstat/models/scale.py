@@ -48,6 +48,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from tolstat._base.dtypes import target_dtype
+from tolstat.dataset.schema import fit_counts
 from tolstat._base.validate import unit_interval
 from tolstat.models.statistics import MAX_STATISTICS, RUN_BLOCK, RunScores, run_blocks, sample_mask
 from tolstat.models.statistics import get as get_statistic
@@ -401,14 +402,17 @@ def fit_allclose(
 
 def _element_subsample(ds: Any, max_points: int, rng: np.random.Generator
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Flat (abs, ref, run index) of about ``max_points`` valid elements, spread over runs.
+    """Flat (abs, ref, run index) of about ``max_points`` elements of the runs' fit samples.
 
+    The fit sample of a run is the first ``n_fit`` slots of its element sample
+    (:data:`tolstat.dataset.schema.FIT_SAMPLE_SIZE`: a uniform draw of its elements, the same
+    whatever the dataset's ``sample_size``; the whole sample of a file written before it).
     Reads the element samples ``RUN_BLOCK`` runs at a time (memory stays bounded for
-    dask-backed data); each block contributes in proportion to its valid samples, and
+    dask-backed data); each block contributes in proportion to its fit elements, and
     within a block the elements are a uniform draw without replacement. Non-finite
     errors are left out.
     """
-    ns = np.asarray(ds["n_sample"].values, dtype=np.int64)
+    ns = fit_counts(ds)  # the fit sample: the first n_fit slots of each run (all of an older file's)
     total = int(ns.sum())
     take_all = total <= max_points
     out_a, out_r, out_rows = [], [], []
