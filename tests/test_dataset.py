@@ -150,9 +150,10 @@ def _big_dataset(nrun=1000, k=4096):
         e = rng.standard_normal(k)
         a = e.astype(np.float16 if i % 2 else np.float32)
         pairs.append((a, e, {"kind": "even" if i % 2 == 0 else "odd"}))
-    ds = tolstat.from_pairs(pairs[: nrun // 2], op="id", dtype="float32", hardware="h")
+    opts = tolstat.CollectOptions(sample_size=k)  # every element kept: a large sample round-trips
+    ds = tolstat.from_pairs(pairs[: nrun // 2], op="id", dtype="float32", hardware="h", options=opts)
     # run-level mixture of dtypes through concat of two collections
-    ds2 = tolstat.from_pairs(pairs[nrun // 2:], op="id", dtype="float16", hardware="h")
+    ds2 = tolstat.from_pairs(pairs[nrun // 2:], op="id", dtype="float16", hardware="h", options=opts)
     return tolstat.concat([ds, ds2])
 
 

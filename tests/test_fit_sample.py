@@ -84,6 +84,20 @@ def test_sample_always_holds_the_run_maximum_and_the_front():
             assert set(zip(m.abs[front].tolist(), m.ref_abs[front].tolist())) <= kept
 
 
+@pytest.mark.parametrize("n, size", [(200, 16), (300, 5), (1000, 1), (5000, 64)])
+def test_small_sample_keeps_its_size_the_maximum_and_a_uniform_prefix(n, size):
+    m = _metrics(n, 4)
+    rec = _record(m, size)
+    assert len(rec.samples["sample_abs"]) == size
+    assert rec.samples["sample_abs"].max() == m.abs.max()
+    share = size - max(1, size // 5)  # 4/5 of the sample, at least one slot for the front
+    assert min(size // 2, share) <= rec.n_fit <= share  # a long hull takes room, down to half
+    if n > FIT_SAMPLE_SIZE:  # the first elements of the same draw as in a full sample
+        full = _record(m, n)
+        lead = set(full.samples["sample_abs"][:FIT_SAMPLE_SIZE].tolist())
+        assert set(rec.samples["sample_abs"][:rec.n_fit].tolist()) <= lead
+
+
 def test_long_hull_takes_room_from_the_fit_sample_down_to_half():
     # error proportional to |ref| with a slowly growing factor: every element on the front
     # and on its upper convex hull (a concave |d| over |ref|)

@@ -173,15 +173,21 @@ def _sample_indices(metrics: ErrorMetrics, sample_size: int,
         draw = rng.choice(n, size=FIT_SAMPLE_SIZE, replace=False)
     else:
         draw = np.arange(n)
+    n_front = int(pareto_frontier(abs_e, metrics.ref_abs).size) if n <= sample_size else 0
+    if n <= sample_size and n <= FIT_SAMPLE_SIZE:
+        return draw, n_front, n
     if n <= sample_size:
         fit = np.sort(draw)
-        rest = np.setdiff1d(np.arange(n), fit, assume_unique=True)
-        return np.concatenate([fit, rest]), int(pareto_frontier(abs_e, metrics.ref_abs).size), int(fit.size)
+        rest = np.ones(n, dtype=bool)
+        rest[fit] = False
+        return np.concatenate([fit, np.flatnonzero(rest)]), n_front, int(fit.size)
     rng = np.random.default_rng() if rng is None else rng
     fit = np.sort(draw[: min(draw.size, _fit_share(sample_size))])
     room = sample_size - fit.size
     front = pareto_frontier(abs_e, metrics.ref_abs)
-    keep = np.setdiff1d(front, fit, assume_unique=True)
+    in_fit = np.zeros(n, dtype=bool)
+    in_fit[fit] = True
+    keep = front[~in_fit[front]]
     if keep.size > room:
         # a long front (error ~ proportional to |ref|): keep its upper convex hull,
         # which holds the run maximum of every score |d| / (a + b*|ref|), then the
@@ -192,13 +198,15 @@ def _sample_indices(metrics: ErrorMetrics, sample_size: int,
             # way to the hull, down to half the sample (its first elements: still uniform)
             fit = np.sort(draw[: min(fit.size, max(sample_size // 2, sample_size - hull.size))])
             room = sample_size - fit.size
+            in_fit[:] = False
+            in_fit[fit] = True
         # a hull longer than the room is cut: largest errors first, so the sample
         # always holds the run's largest error (the run's max_abs)
         hull = hull[np.argsort(-abs_e[hull], kind="stable")]
         rest = np.setdiff1d(front, hull, assume_unique=True)
         rest = rest[np.argsort(-abs_e[rest], kind="stable")]
         order = np.concatenate([hull, rest])
-        keep = order[~np.isin(order, fit)][:room]
+        keep = order[~in_fit[order]][:room]
     taken = np.sort(np.concatenate([fit, keep]))
     extra = rng.choice(n - taken.size, size=room - keep.size, replace=False)
     # map draws from the complement of `taken` back to element indices
