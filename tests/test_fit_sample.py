@@ -177,3 +177,12 @@ def test_saved_abs_is_stored_once_and_restored_bit_for_bit(tmp_path):
             assert x.dtype == np.float64 and np.array_equal(x.view(np.int64), y.view(np.int64)), (ext, chunks)
             assert "tolstat_abs_of_signed" not in back["sample_abs"].attrs
             back.close()
+
+
+def test_default_sample_holds_the_whole_fit_sample():
+    # what makes a default dataset's tables those of a dataset keeping every element
+    from tolstat.dataset.records import _fit_share
+
+    size = tolstat.CollectOptions().sample_size
+    assert _fit_share(size) >= FIT_SAMPLE_SIZE
+    assert size - FIT_SAMPLE_SIZE >= 64  # room for the front or hull next to it (docs/schema.md)
