@@ -405,7 +405,8 @@ def validate(ds: Any, *, deep: bool | None = None, source: str | None = None) ->
             _fail("'n_sample' out of range [0, sample]", source)
         if (ns > np.asarray(ds["n_elements"].values)).any():
             _fail("'n_sample' exceeds 'n_elements'", source)
-        if ((fit_counts(ds) < 0) | (fit_counts(ds) > ns)).any():
+        nf = fit_counts(ds)
+        if ((nf < 0) | (nf > ns)).any():
             _fail(f"{FIT_SAMPLE!r} out of range [0, n_sample]", source)
         s = np.asarray(ds["sample_abs"].values)
         # in blocks of runs: the temporaries stay small next to the sample (same checks, same order)
