@@ -665,7 +665,9 @@ def _op_kernel(a: np.ndarray, lut: np.ndarray, use_lut: bool, e: np.ndarray, m: 
             if b != 0.0:
                 nb += 1
             same = av == ev or (np.isnan(av) and np.isnan(ev))
-            sg = 1.0 if ev > 0 else (-1.0 if ev < 0 else 0.0)
+            # the sign of e without a branch (a branch on it mispredicts on every other element of
+            # mean-zero data: it cost a third of the pass); 0 for 0 and NaN, as before
+            sg = np.float64(ev > 0.0) - np.float64(ev < 0.0)
             s0 = base + D
             mx0, s20, sa0, sz0, cnt0, ssz0, rs20, rd0, rss0, bad0, az0 = _op_step(
                 s0, d, b, same, sg, frac_k, mx0, s20, sa0, sz0, cnt0, ssz0, rs20, rd0, rss0, bad0)
