@@ -318,6 +318,45 @@ def test_exact_group_is_not_a_donor():
     assert "g0" not in res["g1"].pool and res["g1"].n_scores == 300
 
 
+def test_a_group_all_zero_by_chance_lends_its_zeros_to_a_pool_of_its_law():
+    """Ten groups of 30 units of one law whose units are 0 nine times in ten: one group all
+    zeros is a chance event of that law. It is tested like every member and, kept, lends its
+    zeros, so the pool has the 300 scores that budget 1 % needs (without them: 270, and every
+    group was refused)."""
+    rng = np.random.default_rng(29)
+    law = lambda n: np.where(rng.random(n) < 0.9, 0.0, np.abs(rng.standard_normal(n)))  # noqa: E731
+    x = np.concatenate([np.zeros(30)] + [law(30) for _ in range(9)])
+    lab = np.repeat([f"g{i}" for i in range(10)], 30)
+    res = certify({"m": x}, lab, fp_budget=0.01)
+    assert res["g0"].method == "exact" and not res.refused
+    assert all(res[f"g{i}"].method == "pooled_order_statistic" and "g0" in res[f"g{i}"].pool for i in range(1, 10))
+    assert res["g1"].n_scores == 300
+    # the order statistic of the pool: its largest score, which the zeros cannot lower
+    c = res["g1"]
+    assert c.rank == c.n_scores and c.threshold * c.normalisers["m"] == pytest.approx(x.max())
+
+
+@pytest.mark.parametrize("scale,lends", [(3.0, True), (0.2, False)])
+def test_a_group_rejected_from_a_short_pool_lends_only_higher_scores(scale, lends):
+    """Ten groups of 30 units, one of them 3x (or 0.2x) the others: the test rejects it and it
+    is refused. The nine others alone have 270 scores where budget 1 % needs 299. Scores
+    that are higher than theirs can only raise their order statistic, so the 3x group lends
+    its scores and the nine are pooled on 300; the 0.2x group's lower scores could lower it,
+    so it lends nothing and the nine are refused."""
+    rng = np.random.default_rng(31)
+    x = np.concatenate([scale * np.abs(rng.standard_normal(30))] + [np.abs(rng.standard_normal(30)) for _ in range(9)])
+    lab = np.repeat([f"g{i}" for i in range(10)], 30)
+    res = certify({"m": x}, lab, fp_budget=0.01, on_refusal="record")
+    assert "g0" in res.refused and "not exchangeable" in str(res.refused["g0"])
+    if lends:
+        assert sorted(res.groups) == [f"g{i}" for i in range(1, 10)]
+        c = res["g1"]
+        assert c.n_scores == 300 and "g0" in c.pool and "rejected for higher scores" in c.guarantee
+        assert c.threshold * c.normalisers["m"] == pytest.approx(x.max())
+    else:
+        assert len(res.refused) == 10 and "270 scores from 9 groups" in str(res.refused["g1"])
+
+
 @pytest.mark.slow
 def test_pooled_threshold_promise_in_simulation_3x_group():
     """Non-exchangeable group (3x larger): refused, or its threshold keeps the promise."""

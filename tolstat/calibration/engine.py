@@ -293,7 +293,8 @@ def certify(
       Anderson-Darling and Mann-Whitney tests and a one-sided upper-tail count test of the
       group's scores against the rest of the pool, Holm
       over the pool's groups, groups rejected are left out of the pool and refused if
-      they needed it), not proved. Normalisers in a pool are shared, fitted on the union of
+      they needed it), not proved. An ``exact`` group is a member of a shared-normaliser
+      pool, tested like the others: its zeros are pooled scores when it is kept. Normalisers in a pool are shared, fitted on the union of
       the members' fitting parts, so pooled scores are comparable exactly as the statistics
       are (e.g. already in units of the noise model).
     * ``pooled_order_statistic`` flagged ``weakly_tested`` (own normalisers, fewer than
@@ -338,8 +339,14 @@ def certify(
     if small and o.pooling and o.rule == "order_statistic":
         members: dict[Any, list[str]] = {}
         need: dict[Any, list[str]] = {}
+        own = o.pool_normalisers == "own"
         for gn, d in ctx.info.items():  # one pass: linear in the number of groups
-            if not d["exact"]:
+            # an exact group (every unit 0) is a member of a shared-normaliser pool like any
+            # other: tested, and its zeros are pooled scores when the test keeps it (in a pool
+            # of exchangeable groups that are mostly correctly rounded, one of them is all
+            # zeros by chance, and leaving it out left the others short of the units they
+            # need); an own-normaliser pool pools positive scores only, so it has none to lend
+            if not (d["exact"] and own):
                 members.setdefault(d["key"], []).append(gn)
         for s in small:
             need.setdefault(ctx.info[s]["key"], []).append(s)

@@ -414,8 +414,15 @@ def _pool(ctx: _Ctx, members: list[str], need_here: list[str], *, min_fit: int, 
     qP, scores, ncal = _pool_scores(ctx, members, cols, names_union, kfit)
     adj, ok = _pool_members(scores, members, _pool_p, min_test_units, pool_alpha)
     pooled = np.concatenate([scores[gn] for gn in ok]) if ok else np.empty(0)
+    lenders = _lenders(scores, adj, pooled, pool_alpha) if 0 < pooled.size < nmin else []
+    if lenders:
+        pooled = np.concatenate([pooled] + [scores[gn] for gn in lenders])
     ps = np.sort(pooled)  # once per pool: the members share it
-    pool, member_index = tuple(ok), {gn: i for i, gn in enumerate(members)}
+    pool, member_index = tuple(ok) + tuple(lenders), {gn: i for i, gn in enumerate(members)}
+    lent = (f" The pool includes the scores of {len(lenders)} group(s) rejected for higher scores "
+            f"({', '.join(lenders)}; refused themselves), which can only raise this threshold while their "
+            "upper tail is at least the pool's (its share above the pool's 0.9 and 0.99 quantiles is; the "
+            "exchangeable groups alone had fewer scores than the bound needs).") if lenders else ""
     for s in need_here:
         if _pool_refusal(ctx, s, adj, pooled, ok, min_pool, min_test_units, pool_alpha):
             continue
@@ -428,12 +435,44 @@ def _pool(ctx: _Ctx, members: list[str], need_here: list[str], *, min_fit: int, 
                 + f" Holds for this group only if its scores are exchangeable with the pooled scores of "
                 f"{len(ok)} groups: tested (Anderson-Darling, Mann-Whitney and upper-tail counts against the rest of the pool, "
                 f"Holm-adjusted "
-                f"p = {adj[s]:.3g} > {pool_alpha:g}), not proved.")
+                f"p = {adj[s]:.3g} > {pool_alpha:g}), not proved." + lent)
         reason = (f"pooled order statistic: own {d['iB'].size} calibration units < {nmin} needed; borrowed "
-                  f"{pooled.size} scores of {len(ok)} exchangeable groups (normalisers shared by the pool)")
+                  f"{pooled.size} scores of {len(ok)} exchangeable groups (normalisers shared by the pool)"
+                  + (f" and of {len(lenders)} group(s) rejected for higher scores" if lenders else ""))
         odd = _outlier_flags(ctx, s, ps, r, _score_floor(ctx, d, qg))
         _finish(ctx, s, thr, "pooled_order_statistic", guar, qg, act_names, r, pooled.size, reason,
                 pool=pool, pool_p=float(adj[s]), split=(int(kfit[member_index[s]]), ncal[s]), extra_flags=odd)
+
+
+def _lenders(scores: Mapping[str, np.ndarray], adj: Mapping[str, float], pooled: np.ndarray,
+             pool_alpha: float) -> list[str]:
+    """The members rejected from a shared-normaliser pool (Holm-adjusted ``p <= pool_alpha``)
+    whose scores may still lend to the others: those whose share of scores above each
+    :data:`POOL_TAIL_LEVELS` quantile of the exchangeable groups' ``pooled`` scores is at
+    least the pool's own share there (``method="higher"``, as :func:`_pool_p_shape`).
+
+    Called only when the exchangeable groups have fewer scores than the order statistic
+    needs. Why the lent scores keep the others' promise: the others' threshold is the
+    ``r``-th largest pooled score, and it falls below their ``(1 - a)`` quantile ``q`` only
+    when fewer than ``r`` pooled scores reach ``q``. The count of those is a sum of
+    binomials; a lender whose scores reach ``q`` at least as often as the others' (an upper
+    tail at least as heavy) can only make it larger, so the order statistic's bound holds
+    as for exchangeable scores. A lender with a lighter tail could lower it, so lenders are
+    only members whose observed tail shares point upward; that is checked on the sample,
+    not proved. Under exchangeability (a member rejected by chance, at rate ``pool_alpha``)
+    the pooled scores are exchangeable whatever was rejected. A lender itself is refused:
+    its heavier tail is what the test saw.
+    """
+    if pooled.size == 0:
+        return []
+    cuts = [float(np.quantile(pooled, lv, method="higher")) for lv in POOL_TAIL_LEVELS]
+    shares = [float(np.mean(pooled > t)) for t in cuts]
+    out = []
+    for gn, p in adj.items():
+        x = np.asarray(scores[gn])
+        if p <= pool_alpha and x.size and all(np.mean(x > t) >= sh for t, sh in zip(cuts, shares)):
+            out.append(gn)
+    return out
 
 
 def _pool_refusal(ctx: _Ctx, s: str, adj: dict[str, float], pooled: np.ndarray, ok: list[str], min_pool: int,
