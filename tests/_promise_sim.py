@@ -296,6 +296,15 @@ def draw_pooled(rng: np.random.Generator, n: int, *, groups: int = 10,
     return [p for g in range(groups) for p in law(rng, n, f"mm{g}")]
 
 
+def draw_pooled_one_noisier(rng: np.random.Generator, n: int, *, groups: int = 10) -> list[Pair]:
+    """One op (``mm0``) whose error is twice the light law's among ``groups - 1`` ops (``mm1``
+    ... ) of the light law, ``n`` runs each: the pool test rejects ``mm0`` (its scores are
+    higher), and the light groups, short of units alone, borrow its scores."""
+    noisier = [Pair("mm0", round_to(p.expected + 2.0 * (p.actual.astype(np.float64) - p.expected), "float16"),
+                    p.expected, p.magnitude, p.covariates) for p in draw_light(rng, n, "mm0")]
+    return noisier + [p for g in range(1, groups) for p in draw_light(rng, n, f"mm{g}")]
+
+
 @dataclass(frozen=True)
 class Family:
     """A family of correct kernels with a known error law.
@@ -390,6 +399,9 @@ def _families() -> dict[str, Family]:
                        run_units=1.0 / 3))
     fams.append(Family("pooled10_light", "10 ops of the light law, n runs each; group mm0 checked",
                        draw_pooled, p(draw_light, op="mm0"), target_op="mm0", groups=10))
+    fams.append(Family("pooled10_one_noisier", "mm0 with twice the light law's error among 9 ops of the light law, "
+                       "n runs each; group mm1 checked", draw_pooled_one_noisier, p(draw_light, op="mm1"),
+                       target_op="mm1", groups=10))
     return {f.name: f for f in fams}
 
 
@@ -871,6 +883,9 @@ def fast_batches() -> dict[str, Batch]:
         "light_operator_300": Batch("light", "operator", 300, forms=("default", "operator"), reps=16, **kw),
         "pooled_plain_10x30": Batch("pooled10_light", "plain", 30, reps=5, **kw),
         "pooled_operator_10x30": Batch("pooled10_light", "operator", 30, reps=5, **kw),
+        "pooled_one_noisier_plain_10x30": Batch("pooled10_one_noisier", "plain", 30, reps=20, on_error="skip", **kw),
+        "pooled_one_noisier_operator_10x30": Batch("pooled10_one_noisier", "operator", 30, reps=20, on_error="skip",
+                                                   **kw),
     }
 
 
@@ -913,7 +928,10 @@ def full_batches(reps: int = 100, fresh_factor: float | None = None, fresh_per_c
     * clustered families (k = 2, 3, 4; correlation 0.5, 0.9; undeclared and declared) at
       n = 300, 1000, 3000 runs, budget 1e-2, the default and every named form on both paths;
     * duplicates (n = 450: 150 cases x 3, and 3000) at 1e-2: default and ``form=None``;
-    * 10 pooled groups of 30 and 100 runs (1e-2) and 300 runs (1e-3), default form, both paths.
+    * 10 pooled groups of 30 and 100 runs (1e-2) and 300 runs (1e-3), default form, both paths;
+    * one op with twice the light law's error among nine light ones, 30 runs each (1e-2),
+      default form, both paths, ``on_error="skip"`` (the noisier op is refused; a light one,
+      ``mm1``, is checked).
 
     Refusal cells (n below what a budget allows) are kept: they must be refused.
     """
@@ -936,6 +954,8 @@ def full_batches(reps: int = 100, fresh_factor: float | None = None, fresh_per_c
         out.append(Batch("duplicates_x3", "operator", n, (1e-2,), ("default",), **kw))
     for n, b in ((30, 1e-2), (100, 1e-2), (300, 1e-3)):
         out += [Batch("pooled10_light", p, n, (b,), ("default",), **kw) for p in ("plain", "operator")]
+    out += [Batch("pooled10_one_noisier", p, 30, (1e-2,), ("default",), on_error="skip", **kw)
+            for p in ("plain", "operator")]
     return out
 
 

@@ -13,6 +13,7 @@ from statsmodels.stats.multitest import multipletests
 
 from tolstat.calibration.certificate import UnreachableThresholdWarning
 from tolstat.calibration.engine import CertifyOptions, certify
+from tolstat.calibration.pooling import LEND_MAX_RAISE
 from tolstat._base.util import NotEnoughData
 from tolstat.calibration.units import collapse, fit_normalisers, fit_size, split_units
 from tolstat.measure.noise import combined_score as score
@@ -336,13 +337,14 @@ def test_a_group_all_zero_by_chance_lends_its_zeros_to_a_pool_of_its_law():
     assert c.rank == c.n_scores and c.threshold * c.normalisers["m"] == pytest.approx(x.max())
 
 
-@pytest.mark.parametrize("scale,lends", [(3.0, True), (0.2, False)])
-def test_a_group_rejected_from_a_short_pool_lends_only_higher_scores(scale, lends):
-    """Ten groups of 30 units, one of them 3x (or 0.2x) the others: the test rejects it and it
-    is refused. The nine others alone have 270 scores where budget 1 % needs 299. Scores
-    that are higher than theirs can only raise their order statistic, so the 3x group lends
-    its scores and the nine are pooled on 300; the 0.2x group's lower scores could lower it,
-    so it lends nothing and the nine are refused."""
+@pytest.mark.parametrize("scale,lends", [(1.8, True), (4.0, False), (0.2, False)])
+def test_a_group_rejected_from_a_short_pool_lends_only_somewhat_higher_scores(scale, lends):
+    """Ten groups of 30 units, one of them scaled: the test rejects it and it is refused. The
+    nine others alone have 270 scores where budget 1 % needs 299. Higher scores can only raise
+    their order statistic, so the 1.8x group lends its scores and the nine are pooled on 300.
+    The 4x group would set their threshold at more than LEND_MAX_RAISE times their own largest
+    score (a tolerance loosened by its tail), and the 0.2x group's lower scores could lower
+    it: neither lends, and the nine are refused."""
     rng = np.random.default_rng(31)
     x = np.concatenate([scale * np.abs(rng.standard_normal(30))] + [np.abs(rng.standard_normal(30)) for _ in range(9)])
     lab = np.repeat([f"g{i}" for i in range(10)], 30)
@@ -353,6 +355,7 @@ def test_a_group_rejected_from_a_short_pool_lends_only_higher_scores(scale, lend
         c = res["g1"]
         assert c.n_scores == 300 and "g0" in c.pool and "rejected for higher scores" in c.guarantee
         assert c.threshold * c.normalisers["m"] == pytest.approx(x.max())
+        assert x.max() <= LEND_MAX_RAISE * x[30:].max()
     else:
         assert len(res.refused) == 10 and "270 scores from 9 groups" in str(res.refused["g1"])
 

@@ -115,6 +115,21 @@ def test_pooled_thresholds_keep_budget_on_fresh_runs(path):
     _assert_keeps_promise(c)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["plain", "operator"])
+def test_light_groups_borrow_a_rejected_noisier_groups_scores_and_keep_budget(path):
+    """One op with twice the light law's error among nine of the light law, 30 runs each. When
+    the pool test rejects the noisier op (refused), the light ops, 270 units alone where 299
+    are needed, borrow its higher scores unless that would set their threshold above
+    LEND_MAX_RAISE times their own largest score (then they are refused): in some of the 20
+    calibrations a light op gets a threshold while the noisier op is refused, and over all
+    calibrations the light op's thresholds keep the budget on fresh runs."""
+    c = _cells(f"pooled_one_noisier_{path}_10x30")["default"]
+    assert c.errors == 0, c.summary()
+    assert "pooled_order_statistic,refused" in c.methods, c.summary()  # lent to, the lender refused
+    _assert_keeps_promise(c)
+
+
 # --------------------------------------------------------------------------- the simulation itself
 def test_simulated_16_bit_rounding_is_round_to_nearest_even():
     rng = np.random.default_rng(3)

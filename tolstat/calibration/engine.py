@@ -294,7 +294,11 @@ def certify(
       group's scores against the rest of the pool, Holm
       over the pool's groups, groups rejected are left out of the pool and refused if
       they needed it), not proved. An ``exact`` group is a member of a shared-normaliser
-      pool, tested like the others: its zeros are pooled scores when it is kept. Normalisers in a pool are shared, fitted on the union of
+      pool, tested like the others: its zeros are pooled scores when it is kept. A group
+      rejected for higher scores still lends them to a shared pool too short without them,
+      where that keeps the threshold within
+      :data:`~tolstat.calibration.pooling.LEND_MAX_RAISE` times the pool's largest score
+      (:func:`tolstat.calibration.pooling._lenders`). Normalisers in a pool are shared, fitted on the union of
       the members' fitting parts, so pooled scores are comparable exactly as the statistics
       are (e.g. already in units of the noise model).
     * ``pooled_order_statistic`` flagged ``weakly_tested`` (own normalisers, fewer than

@@ -24,7 +24,7 @@ from tolstat.calibration.certificate import _Ctx, _finish, _guarantee_pac, _max_
 from tolstat.calibration.units import fit_normalisers, split_units
 from tolstat.models.estimators.orderstat import order_statistic_min_n, order_statistic_rank
 
-__all__ = ["POOL_TAIL_LEVELS"]
+__all__ = ["POOL_TAIL_LEVELS", "LEND_MAX_RAISE"]
 
 
 def _pool_p(x: np.ndarray, rest: np.ndarray) -> float:
@@ -51,6 +51,11 @@ def _pool_p(x: np.ndarray, rest: np.ndarray) -> float:
 
 #: quantiles of the rest of the pool above which :func:`_pool_p_shape` compares tail counts
 POOL_TAIL_LEVELS = (0.9, 0.99)
+
+#: how far lent scores may raise a short pool's threshold: at most this factor times the
+#: largest score of its exchangeable groups (:func:`_lenders`); beyond it the borrowers are
+#: refused, so a far heavier lender never loosens their tolerance more than this
+LEND_MAX_RAISE = 2.0
 
 
 def _pool_p_shape(x: np.ndarray, rest: np.ndarray) -> float:
@@ -416,7 +421,14 @@ def _pool(ctx: _Ctx, members: list[str], need_here: list[str], *, min_fit: int, 
     pooled = np.concatenate([scores[gn] for gn in ok]) if ok else np.empty(0)
     lenders = _lenders(scores, adj, pooled, pool_alpha) if 0 < pooled.size < nmin else []
     if lenders:
-        pooled = np.concatenate([pooled] + [scores[gn] for gn in lenders])
+        lent_pool = np.concatenate([pooled] + [scores[gn] for gn in lenders])
+        # where the lenders' tail sets the threshold far above every score of the
+        # exchangeable groups, a far heavier lender would loosen every borrower's tolerance:
+        # they are refused instead, as without lenders
+        if float(np.sort(lent_pool)[ctx.rank_of(lent_pool.size) - 1]) <= LEND_MAX_RAISE * float(pooled.max()):
+            pooled = lent_pool
+        else:
+            lenders = []
     ps = np.sort(pooled)  # once per pool: the members share it
     pool, member_index = tuple(ok) + tuple(lenders), {gn: i for i, gn in enumerate(members)}
     lent = (f" The pool includes the scores of {len(lenders)} group(s) rejected for higher scores "
@@ -461,7 +473,10 @@ def _lenders(scores: Mapping[str, np.ndarray], adj: Mapping[str, float], pooled:
     only members whose observed tail shares point upward; that is checked on the sample,
     not proved. Under exchangeability (a member rejected by chance, at rate ``pool_alpha``)
     the pooled scores are exchangeable whatever was rejected. A lender itself is refused:
-    its heavier tail is what the test saw.
+    its heavier tail is what the test saw. :func:`_pool` lends only where the threshold
+    stays within :data:`LEND_MAX_RAISE` times the largest score of the exchangeable groups
+    (lending in some calibrations only keeps the bound: it can only remove violations), so
+    a far heavier lender does not loosen the borrowers' tolerance by more than that.
     """
     if pooled.size == 0:
         return []
