@@ -360,6 +360,16 @@ def test_a_group_rejected_from_a_short_pool_lends_only_somewhat_higher_scores(sc
         assert len(res.refused) == 10 and "270 scores from 9 groups" in str(res.refused["g1"])
 
 
+def test_a_pool_still_short_with_its_lenders_is_refused():
+    """Six groups of 30 units, one of them 1.8x: with its scores the pool has 180, still fewer
+    than the 299 that budget 1 % needs, so nothing is lent and every group is refused."""
+    rng = np.random.default_rng(31)
+    x = np.concatenate([1.8 * np.abs(rng.standard_normal(30))] + [np.abs(rng.standard_normal(30)) for _ in range(5)])
+    lab = np.repeat([f"g{i}" for i in range(6)], 30)
+    res = certify({"m": x}, lab, fp_budget=0.01, on_refusal="record")
+    assert len(res.refused) == 6 and not res.groups
+
+
 @pytest.mark.slow
 def test_pooled_threshold_promise_in_simulation_3x_group():
     """Non-exchangeable group (3x larger): refused, or its threshold keeps the promise."""

@@ -425,7 +425,8 @@ def _pool(ctx: _Ctx, members: list[str], need_here: list[str], *, min_fit: int, 
         # where the lenders' tail sets the threshold far above every score of the
         # exchangeable groups, a far heavier lender would loosen every borrower's tolerance:
         # they are refused instead, as without lenders
-        if float(np.sort(lent_pool)[ctx.rank_of(lent_pool.size) - 1]) <= LEND_MAX_RAISE * float(pooled.max()):
+        if lent_pool.size >= nmin and (float(np.sort(lent_pool)[ctx.rank_of(lent_pool.size) - 1])
+                                       <= LEND_MAX_RAISE * float(pooled.max())):
             pooled = lent_pool
         else:
             lenders = []
