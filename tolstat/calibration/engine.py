@@ -298,9 +298,9 @@ def certify(
       rejected for higher scores still lends them to a shared pool too short without them,
       where that keeps the threshold within
       :data:`~tolstat.calibration.pooling.LEND_MAX_RAISE` times the pool's largest score
-      (:func:`tolstat.calibration.pooling._lenders`). Normalisers in a pool are shared, fitted on the union of
-      the members' fitting parts, so pooled scores are comparable exactly as the statistics
-      are (e.g. already in units of the noise model).
+      (:func:`tolstat.calibration.pooling._lenders`). Normalisers in a pool are shared,
+      fitted on the union of the members' fitting parts, so pooled scores are comparable
+      exactly as the statistics are (e.g. already in units of the noise model).
     * ``pooled_order_statistic`` flagged ``weakly_tested`` (own normalisers, fewer than
       ``min_test_units`` positive scores): the same promise under the same assumption, which
       the test can barely check; and, with no assumption on the tail, ``P(true FP rate >

@@ -432,10 +432,11 @@ def _pool(ctx: _Ctx, members: list[str], need_here: list[str], *, min_fit: int, 
             lenders = []
     ps = np.sort(pooled)  # once per pool: the members share it
     pool, member_index = tuple(ok) + tuple(lenders), {gn: i for i, gn in enumerate(members)}
-    lent = (f" The pool includes the scores of {len(lenders)} group(s) rejected for higher scores "
-            f"({', '.join(lenders)}; refused themselves), which can only raise this threshold while their "
-            "upper tail is at least the pool's (its share above the pool's 0.9 and 0.99 quantiles is; the "
-            "exchangeable groups alone had fewer scores than the bound needs).") if lenders else ""
+    lent = (f" The exchangeable groups alone had fewer scores than the bound needs; the pool includes the "
+            f"scores of {len(lenders)} group(s) rejected for higher scores ({', '.join(lenders)}; refused "
+            "themselves), which can only raise this threshold if their upper tail is at least as heavy as the "
+            "pool's: checked on their sample (their share of scores above the pool's 0.9 and 0.99 quantiles is "
+            "at least the pool's), not proved.") if lenders else ""
     for s in need_here:
         if _pool_refusal(ctx, s, adj, pooled, ok, min_pool, min_test_units, pool_alpha):
             continue
