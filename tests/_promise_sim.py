@@ -335,6 +335,9 @@ class Family:
     cluster : str, optional
         Run label passed as ``select(cluster=...)`` (declared clusters); the labels are
         dropped from the dataset of an undeclared clustered family.
+    mixed_pool : bool
+        The groups are not all of one law (a pool with a member of another law): the checked
+        group may be refused whatever its units (:func:`expected_outcome` says ``"either"``).
     """
 
     name: str
@@ -348,6 +351,7 @@ class Family:
     cluster: str | None = None
     keep_labels: bool = False
     strata: tuple[tuple[float, Callable[[np.random.Generator, int], list[Pair]]], ...] = ()
+    mixed_pool: bool = False
 
 
 def fresh_sample(family: Family, rng: np.random.Generator, m: int) -> tuple[list[Pair], np.ndarray]:
@@ -401,7 +405,7 @@ def _families() -> dict[str, Family]:
                        draw_pooled, p(draw_light, op="mm0"), target_op="mm0", groups=10))
     fams.append(Family("pooled10_one_noisier", "mm0 with twice the light law's error among 9 ops of the light law, "
                        "n runs each; group mm1 checked", draw_pooled_one_noisier, p(draw_light, op="mm1"),
-                       target_op="mm1", groups=10))
+                       target_op="mm1", groups=10, mixed_pool=True))
     return {f.name: f for f in fams}
 
 
@@ -895,11 +899,14 @@ def expected_outcome(batch: Batch, budget: float) -> str:
     With ``u`` independent units (runs / variants for declared clusters, distinct runs for
     duplicates; the whole pool for pooled groups) and ``n_min`` the order statistic's
     minimum (:func:`reference_min_units`): ``u < n_min`` must be refused (no
-    distribution-free bound exists); ``u >= n_min`` must get a threshold. Undeclared
+    distribution-free bound exists); ``u >= n_min`` must get a threshold. A mixed pool
+    (``Family.mixed_pool``): either, a group of another law may leave it short. Undeclared
     clusters: ``"either"`` between inputs and runs (refusing is allowed, the promise is
     checked by the violation rate).
     """
     fam = FAMILIES[batch.family]
+    if fam.mixed_pool:
+        return "either"
     nmin = reference_min_units(budget, batch.confidence)
     runs = batch.n * fam.groups
     units = int(round(runs * fam.run_units))
