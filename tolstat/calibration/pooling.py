@@ -419,18 +419,19 @@ def _pool(ctx: _Ctx, members: list[str], need_here: list[str], *, min_fit: int, 
     qP, scores, ncal = _pool_scores(ctx, members, cols, names_union, kfit)
     adj, ok = _pool_members(scores, members, _pool_p, min_test_units, pool_alpha)
     pooled = np.concatenate([scores[gn] for gn in ok]) if ok else np.empty(0)
+    ps = np.sort(pooled)  # once per pool: the members share it
     lenders = _lenders(scores, adj, pooled, pool_alpha) if 0 < pooled.size < nmin else []
     if lenders:
         lent_pool = np.concatenate([pooled] + [scores[gn] for gn in lenders])
+        lent_sorted = np.sort(lent_pool)
         # where the lenders' tail sets the threshold far above every score of the
         # exchangeable groups, a far heavier lender would loosen every borrower's tolerance:
         # they are refused instead, as without lenders
-        if lent_pool.size >= nmin and (float(np.sort(lent_pool)[ctx.rank_of(lent_pool.size) - 1])
-                                       <= LEND_MAX_RAISE * float(pooled.max())):
-            pooled = lent_pool
+        if lent_pool.size >= nmin and (float(lent_sorted[ctx.rank_of(lent_pool.size) - 1])
+                                       <= LEND_MAX_RAISE * float(ps[-1])):
+            pooled, ps = lent_pool, lent_sorted
         else:
             lenders = []
-    ps = np.sort(pooled)  # once per pool: the members share it
     pool, member_index = tuple(ok) + tuple(lenders), {gn: i for i, gn in enumerate(members)}
     lent = (f" The exchangeable groups alone had fewer scores than the bound needs; the pool includes the "
             f"scores of {len(lenders)} group(s) rejected for higher scores ({', '.join(lenders)}; refused "
