@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -155,3 +156,25 @@ def test_kernels_are_cached_below_the_layout_folder():
     if root is None:
         pytest.skip("no writable cache folder")
     assert path.parent.name == _numba_cache.LAYOUT and path.parent.parent == root
+
+
+def test_every_kernel_module_caches_outside_the_package_when_imported_first():
+    # each module with @njit(cache=True) kernels installs the locator itself: imported
+    # first in a fresh process, none of its kernels may use numba's in-tree locator
+    mods = sorted(".".join(p.relative_to(ROOT).with_suffix("").parts)
+                  for p in (ROOT / "tolstat").rglob("*.py")
+                  if re.search(r"^@(numba\.)?njit\(.*cache=True", p.read_text(), re.M))
+    assert "tolstat._base.label_kernels" in mods and "tolstat.measure.fused" in mods
+    code = textwrap.dedent("""
+        import importlib, sys
+        m = importlib.import_module(sys.argv[1])
+        kinds = {type(f._cache._impl.locator).__name__ for f in vars(m).values()
+                 if getattr(f, "_cache", None) is not None and hasattr(f._cache, "_impl")}
+        print(",".join(sorted(kinds)))
+    """)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("NUMBA_CACHE_DIR", None)
+    for mod in mods:
+        out = subprocess.run([sys.executable, "-c", code, mod], env=env, check=True, timeout=300,
+                             capture_output=True, text=True).stdout.strip()
+        assert out == "TolstatCacheLocator", (mod, out)

@@ -11,7 +11,11 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-__all__ = ["row_hashes", "rows_equal_first", "mix_row_hashes"]
+from tolstat._base import numba_cache as _numba_cache
+
+__all__ = ["row_hashes", "rows_equal_first", "mix_row_hashes", "shared_hashes"]
+
+_numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
 
 @numba.njit(cache=True)
@@ -58,3 +62,55 @@ def mix_row_hashes(h: np.ndarray, part: np.ndarray) -> None:  # pragma: no cover
             x = (x ^ np.uint64(part[i, j])) * prime
             x ^= x >> s29
         h[i] = (x ^ np.uint64(w)) * prime
+
+
+@numba.njit(cache=True)
+def shared_hashes(h: np.ndarray) -> np.ndarray:  # pragma: no cover - numba
+    """For each value of ``h`` (uint64), whether another element holds the same value.
+
+    A bitmap of at most 2^25 bits (4 MiB) indexed by up to 25 high bits of each
+    value first marks the positions hit twice; only the elements at such positions are
+    looked up in an open-addressing table (value equality). No sort, no table of every
+    distinct value."""
+    n = h.size
+    nbits = 64
+    while nbits < 8 * n and nbits < (1 << 25):
+        nbits *= 2
+    bmask = np.uint64(nbits - 1)
+    seen = np.zeros(nbits >> 3, dtype=np.uint8)
+    twice = np.zeros(nbits >> 3, dtype=np.uint8)
+    for i in range(n):
+        b = np.int64((h[i] >> np.uint64(39)) & bmask)
+        bit = np.uint8(1 << (b & 7))
+        if seen[b >> 3] & bit:
+            twice[b >> 3] |= bit
+        else:
+            seen[b >> 3] |= bit
+    cand = np.empty(n, dtype=np.int64)
+    m = 0
+    for i in range(n):
+        b = np.int64((h[i] >> np.uint64(39)) & bmask)
+        if twice[b >> 3] & np.uint8(1 << (b & 7)):
+            cand[m] = i
+            m += 1
+    size = 2
+    while size < 2 * m:
+        size *= 2
+    mask = np.uint64(size - 1)
+    first = np.full(size, -1, dtype=np.int64)
+    out = np.zeros(n, dtype=np.bool_)
+    for k in range(m):
+        i = cand[k]
+        x = h[i]
+        j = np.int64(x & mask)
+        while True:
+            r = first[j]
+            if r < 0:
+                first[j] = i
+                break
+            if h[r] == x:
+                out[i] = True
+                out[r] = True
+                break
+            j = (j + 1) & (size - 1)
+    return out
