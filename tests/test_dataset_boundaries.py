@@ -99,3 +99,42 @@ def test_cluster_by_a_free_label_joins_its_runs(ds):
 
     u = run_units(ds, "dist")  # every run has dist="normal": one unit
     assert u.n_units == 1 and u.by.startswith("cluster 'dist'")
+
+
+def _units_by_union_find(groups, keys):
+    """Runs joined when they share a group and any key's value: each unit's id is its first run."""
+    n = len(groups)
+    parent = list(range(n))
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for k in keys:
+        seen = {}
+        for i in range(n):
+            j = seen.setdefault((groups[i], k[i]), i)
+            a, b = root(i), root(j)
+            parent[max(a, b)] = min(a, b)
+    return np.array([root(i) for i in range(n)])
+
+
+@pytest.mark.parametrize("with_cluster", [False, True])
+def test_run_units_equal_the_union_of_shared_keys_within_groups(with_cluster):
+    import xarray as xr
+
+    from tolstat.dataset.schema import FINGERPRINT, run_units
+
+    rng = np.random.default_rng(8)
+    for n, m in ((2, 1), (7, 3), (60, 50), (200, 20), (200, 200)):
+        fp = rng.integers(0, m, n)
+        case = rng.integers(0, max(2, n // 4), n)
+        groups = rng.integers(0, 3, n)
+        ds = xr.Dataset({FINGERPRINT: ("run", fp), "case": ("run", case.astype(str))}, attrs={"labels": "case"})
+        u = run_units(ds, "case" if with_cluster else None, groups=groups)
+        keys = [case, fp] if with_cluster else [fp]
+        want = _units_by_union_find(groups, keys)
+        np.testing.assert_array_equal(u.ids, want)
+        assert u.n_units == np.unique(want).size and u.n_runs == n

@@ -75,12 +75,44 @@ def _columns(rng, n):
 @pytest.mark.parametrize("collide", [False, True])
 def test_duplicate_rows_equals_unique_definition(collide, monkeypatch):
     if collide:  # every hash equal: the byte comparison alone decides
-        monkeypatch.setattr(_validate, "_row_hashes", lambda parts, rows: np.zeros(rows, dtype=np.uint64))
+        monkeypatch.setattr(_validate, "_mix_hash", lambda h, part: None)
     rng = np.random.default_rng(3)
     for n in (2, 3, 10, 60, 400):
         cols = _columns(rng, n)
         np.testing.assert_array_equal(_validate.duplicate_rows(cols, n), _dup_definition(cols, n))
     assert _validate.duplicate_rows(_columns(rng, 1), 1).size == 0
+
+
+def test_duplicate_rows_equals_definition_when_rows_differ_in_one_late_column():
+    # 40 columns of few values: most rows agree with another on the first columns and
+    # differ (or not) only in a later one, so the candidate filter must keep them
+    rng = np.random.default_rng(5)
+    n = 300
+    cols = {f"c{j:02d}": rng.integers(0, 2, n).astype(float) if j % 3 else
+            np.array(["u", "v"], dtype=object)[rng.integers(0, 2, n)] for j in range(40)}
+    base = {k: np.concatenate([v, v[:100]]) for k, v in cols.items()}
+    for late in ("c07", "c21", "c39"):
+        got = dict(base)
+        col = got[late].copy()
+        col[n + 50:] = col[n + 50:][::-1]  # half of the copies changed in one late column
+        got[late] = col
+        np.testing.assert_array_equal(_validate.duplicate_rows(got, n + 100), _dup_definition(got, n + 100))
+
+
+def test_shared_hashes_marks_exactly_the_values_that_occur_twice():
+    from tolstat._base.label_kernels import shared_hashes
+
+    rng = np.random.default_rng(6)
+    cases = [np.zeros(0, np.uint64), np.zeros(1, np.uint64), np.array([1, 2, 1], np.uint64),
+             rng.integers(0, 2**63, 5000).astype(np.uint64),
+             rng.integers(0, 40, 5000).astype(np.uint64),
+             # equal high bits (the prefilter's bitmap index), distinct values
+             (np.uint64(7) << np.uint64(50)) + np.arange(3000, dtype=np.uint64),
+             rng.integers(0, 300, 3000).astype(np.uint64) << np.uint64(39)]
+    for h in cases:
+        got = shared_hashes(h)
+        _, inv, cnt = np.unique(h, return_inverse=True, return_counts=True)
+        np.testing.assert_array_equal(got, cnt[inv.ravel()] > 1)
 
 
 def test_duplicate_rows_finds_copies():

@@ -292,28 +292,41 @@ def duplicate_rows(columns: Mapping[str, np.ndarray], rows: int) -> np.ndarray:
 
     Each column is an array whose first axis has length ``rows``; string columns are
     compared as text, float columns bit by bit (so NaN padding compares equal).
+
+    Rows are hashed column by column, those with the most distinct values among the first
+    256 rows first; after the first columns (and then at doubling intervals) only the rows
+    whose hash so far is shared by another row stay candidates: distinct measurements
+    usually differ in their first measured column, so the other columns are read for a few
+    rows only. The candidates left at the end are compared
+    byte for byte, so a hash collision never makes two rows equal.
     """
     if rows < 2:
         return np.zeros(0, dtype=np.int64)
-    parts = []
+    cols = {}
     for name in sorted(columns):
         v = np.asarray(columns[name])
         if v.shape[:1] != (rows,):
             raise ValueError(f"column {name!r} has {v.shape[:1]} rows, expected {rows}")
-        if v.dtype.kind == "O":
-            v = v.astype(str)
-        parts.append(np.ascontiguousarray(v).reshape(rows, -1).view(np.uint8).reshape(rows, -1))
-    # equal rows have equal hashes: only rows whose hash is shared are compared byte by byte
-    # (without a copy of every row's bytes at once)
-    import pandas as pd  # comes with xarray
+        cols[name] = v
+    # the columns with the most distinct values among the first rows first (measurements:
+    # most rows differ there), so that few candidates are left for the others
+    head = np.arange(min(rows, 256))
+    order = sorted(cols, key=lambda k: (-_distinct(_row_bytes(cols[k], head)), k))
+    from tolstat._base.label_kernels import shared_hashes
 
-    # which hashes occur more than once: grouped by a hash table (codes in order of first
-    # appearance; no sort of a million distinct hashes)
-    inv = np.asarray(pd.factorize(_row_hashes(parts, rows))[0], dtype=np.int64)
-    cand = np.flatnonzero(np.bincount(inv)[inv] > 1)
-    if cand.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    mat = np.ascontiguousarray(np.concatenate([p[cand] for p in parts], axis=1))
+    cand = np.arange(rows, dtype=np.int64)
+    h = np.full(rows, 0xCBF29CE484222325, dtype=np.uint64)
+    check_at = {0, len(order) - 1} | {2 ** k - 1 for k in range(1, max(len(order), 1).bit_length() + 1)}
+    for j, name in enumerate(order):
+        _mix_hash(h, _row_bytes(cols[name], cand))
+        if j in check_at:
+            shared = shared_hashes(h)  # which hashes occur more than once (no sort)
+            if not shared.all():
+                cand, h = cand[shared], h[shared]
+            if cand.size == 0:
+                return np.zeros(0, dtype=np.int64)
+    # equal rows have equal hashes: the candidates are compared byte by byte, in row order
+    mat = np.ascontiguousarray(np.concatenate([_row_bytes(cols[name], cand) for name in sorted(cols)], axis=1))
     rowv = mat.view(np.dtype((np.void, mat.shape[1]))).ravel()
     _, first = np.unique(rowv, return_index=True)
     dup = np.ones(cand.size, dtype=bool)
@@ -321,14 +334,27 @@ def duplicate_rows(columns: Mapping[str, np.ndarray], rows: int) -> np.ndarray:
     return cand[dup].astype(np.int64)
 
 
-def _row_hashes(parts: list[np.ndarray], rows: int) -> np.ndarray:
-    """A 64-bit hash of each row of the byte columns ``parts`` (each ``(rows, width)`` uint8):
-    one numba pass per column (:func:`tolstat._base.label_kernels.mix_row_hashes`), no
-    temporary copies of the rows."""
+def _distinct(part: np.ndarray) -> int:
+    """How many distinct byte rows ``part`` (2-D uint8) holds."""
+    if part.shape[1] == 0:
+        return 1
+    return int(np.unique(np.ascontiguousarray(part).view(np.dtype((np.void, part.shape[1]))).ravel()).size)
+
+
+def _row_bytes(v: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The bytes of each of ``rows`` of column ``v`` as a ``(len(rows), width)`` uint8 array
+    (Python objects compared as their text)."""
+    v = v if rows.size == v.shape[0] else v[rows]
+    if v.dtype.kind == "O":
+        v = v.astype(str)
+    n = v.shape[0]
+    return np.ascontiguousarray(v).reshape(n, -1).view(np.uint8).reshape(n, -1)
+
+
+def _mix_hash(h: np.ndarray, part: np.ndarray) -> None:
+    """Fold the byte rows ``part`` into the 64-bit hashes ``h`` in place: one numba pass
+    (:func:`tolstat._base.label_kernels.mix_row_hashes`), 8 bytes at a time where the width
+    allows (every numeric column), else byte by byte."""
     from tolstat._base.label_kernels import mix_row_hashes
 
-    h = np.full(rows, 0xCBF29CE484222325, dtype=np.uint64)
-    for p in parts:
-        # 8 bytes at a time where the width allows (every numeric column), else byte by byte
-        mix_row_hashes(h, p.view(np.uint64) if p.shape[1] % 8 == 0 and p.flags.c_contiguous else p)
-    return h
+    mix_row_hashes(h, part.view(np.uint64) if part.shape[1] % 8 == 0 and part.flags.c_contiguous else part)

@@ -198,26 +198,31 @@ def run_units(ds: xr.Dataset, cluster: str | None = None, groups: np.ndarray | N
         by.append("reference fingerprint")
     if not keys or n < 2:
         return RunUnits(np.arange(n, dtype=np.int64), n, n, "none")
+    coded = [factorize(k)[1] for k in keys]
+    if len(coded) == 1 and int(coded[0].max()) + 1 == n:  # every key distinct: every run its own unit
+        return RunUnits(np.arange(n, dtype=np.int64), n, n, " and ".join(by))
     g = np.zeros(n, dtype=np.int64) if groups is None else np.asarray(groups, dtype=np.int64)
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
     rows, cols, off = [], [], n
-    for k in keys:
+    for kc in coded:
         # one code per distinct (group, key): the key's code within the grid of both (a unit's
         # id below is its first run, so the numbering of the codes does not matter)
-        _, kc = factorize(k)
         _, code = factorize(g * (int(kc.max()) + 1) + kc)
         rows.append(np.arange(n))
         cols.append(off + code.ravel())
         off += int(code.max()) + 1
-    r, c = np.concatenate(rows), np.concatenate(cols)
-    adj = coo_matrix((np.ones(r.size, dtype=np.int8), (r, c)), shape=(off, off))
-    _, comp = connected_components(adj, directed=False)
+    if len(coded) == 1:  # one relation: a unit is a code (codes 0 .. m-1, no components to join)
+        comp, n_units = cols[0] - n, off - n
+    else:
+        r, c = np.concatenate(rows), np.concatenate(cols)
+        adj = coo_matrix((np.ones(r.size, dtype=np.int8), (r, c)), shape=(off, off))
+        comp, n_units = connected_components(adj, directed=False)[1][:n], 0
     first = np.full(int(comp.max()) + 1, n, dtype=np.int64)
-    np.minimum.at(first, comp[:n], np.arange(n, dtype=np.int64))
-    ids = first[comp[:n]]
-    return RunUnits(ids, n, int(factorize(ids)[0].size), " and ".join(by))
+    np.minimum.at(first, comp, np.arange(n, dtype=np.int64))
+    ids = first[comp]
+    return RunUnits(ids, n, n_units or int(factorize(ids)[0].size), " and ".join(by))
 
 
 def label_names(ds: xr.Dataset) -> list[str]:
