@@ -301,3 +301,25 @@ def test_rows_by_code_equals_stable_argsort_definition(n_groups):
         if n:
             order = np.argsort(codes, kind="stable")
             np.testing.assert_array_equal(np.concatenate(got), order)
+
+
+def test_sample_checks_equal_their_numpy_definitions():
+    from tolstat.dataset.sample_kernels import sample_checks
+
+    rng = np.random.default_rng(12)
+    for t in range(200):
+        n, w = int(rng.integers(0, 30)), int(rng.integers(0, 9))
+        s = np.abs(rng.standard_normal((n, w)))
+        ns = rng.integers(0, w + 1, n)
+        s[np.arange(w)[None, :] >= ns[:, None]] = np.nan  # NaN padding past the valid samples
+        if t % 4 == 1 and s.size:
+            s.flat[rng.integers(0, s.size)] = np.nan  # perhaps inside the valid samples
+        if t % 4 == 2 and s.size:
+            s.flat[rng.integers(0, s.size)] = -rng.random()
+        if t % 4 == 3 and s.size:
+            s.flat[rng.integers(0, s.size)] = -0.0  # not negative
+        neg, nan_inside, mx = sample_checks(s, ns)
+        assert neg == bool((s < 0).any())
+        assert nan_inside == bool(np.isnan(s[np.arange(w)[None, :] < ns[:, None]]).any())
+        want = np.max(np.where(np.isnan(s), -np.inf, s), axis=1) if w else np.full(n, -np.inf)
+        np.testing.assert_array_equal(mx, want)

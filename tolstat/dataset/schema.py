@@ -413,32 +413,24 @@ def validate(ds: Any, *, deep: bool | None = None, source: str | None = None) ->
         nf = fit_counts(ds)
         if ((nf < 0) | (nf > ns)).any():
             _fail(f"{FIT_SAMPLE!r} out of range [0, n_sample]", source)
-        s = np.asarray(ds["sample_abs"].values)
-        # in blocks of runs: the temporaries stay small next to the sample (same checks, same order)
-        blocks = [slice(i, i + _CHECK_BLOCK) for i in range(0, s.shape[0], _CHECK_BLOCK)]
-        if any((s[b] < 0).any() for b in blocks):
+        from tolstat.dataset.sample_kernels import sample_checks
+
+        # one numba pass over the sample: no temporaries the size of the sample
+        neg, nan_inside, smax = sample_checks(np.asarray(ds["sample_abs"].values), np.asarray(ns, dtype=np.int64))
+        if neg:
             _fail("'sample_abs' has negative values", source)
-        cols = np.arange(s.shape[1])[None, :]
-        if any(np.isnan(s[b][cols < ns[b, None]]).any() for b in blocks):
+        if nan_inside:
             _fail("'sample_abs' has NaN inside the valid samples", source)
-        _check_consistent(ds, s, ns, source, blocks)
+        _check_consistent(ds, smax, ns, source)
     return ds
 
 
-#: rows per block of the deep checks of :func:`validate`
-_CHECK_BLOCK = 2048
-
-
-def _check_consistent(ds: xr.Dataset, s: np.ndarray, ns: np.ndarray, source: str | None,
-                      blocks: Sequence[slice] = (slice(None),)) -> None:
+def _check_consistent(ds: xr.Dataset, smax: np.ndarray, ns: np.ndarray, source: str | None) -> None:
     """Cheap tamper checks: the element sample always holds the run's largest error, so
-    its maximum must equal ``max_abs`` (and may never exceed it)."""
+    its maximum (``smax``, per run, NaN ignored) must equal ``max_abs`` (and may never
+    exceed it)."""
     mx = np.asarray(ds["max_abs"].values, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        if s.shape[1] and s.shape[0]:
-            smax = np.concatenate([np.max(np.where(np.isnan(s[b]), -np.inf, s[b]), axis=1) for b in blocks])
-        else:
-            smax = np.full(mx.shape, -np.inf)
         has = ns > 0
         over = has & (smax > mx * (1 + 1e-12))
         under = has & (smax < mx * (1 - 1e-12)) & np.isfinite(mx)
