@@ -687,3 +687,21 @@ def test_unit_values_are_float64_whatever_the_dtype_of_the_statistics():
     want = certify({"a": x[:, 0].astype(np.float64), "b": x[:, 1].astype(np.float64)}, fp_budget=0.01)["all"]
     got = certify({"a": x[:, 0], "b": x[:, 1]}, fp_budget=0.01)["all"]
     assert got.threshold == want.threshold and got.normalisers == want.normalisers
+
+
+def test_group_codes_as_a_categorical_certify_as_their_labels():
+    import pandas as pd
+
+    rng = np.random.default_rng(21)
+    names = ["b", "a", "c", "unused"]  # categories out of order, one without runs
+    codes = np.concatenate([np.full(400, 1), rng.integers(0, 3, 900), np.full(40, 2)])
+    stats = {"T0": np.abs(rng.standard_normal(codes.size)), "T1": rng.gamma(2.0, size=codes.size)}
+    stats["T1"][codes == 2] = np.nan
+    kw = dict(fp_budget=0.01, confidence=0.95, on_refusal="record")
+    want = certify(stats, np.array(names, dtype=object)[codes], **kw)
+    got = certify(stats, pd.Categorical.from_codes(codes, categories=names), **kw)
+    assert list(got.groups) == list(want.groups) and list(got.refused) == list(want.refused)
+    for k, c in want.groups.items():
+        assert got.groups[k].threshold == c.threshold and got.groups[k].normalisers == c.normalisers
+    with pytest.raises(ValueError, match="missing label"):
+        certify(stats, pd.Categorical.from_codes(np.where(codes == 2, -1, codes), categories=names), **kw)

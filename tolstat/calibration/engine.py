@@ -239,9 +239,10 @@ def certify(
         Per-run statistics of correct runs, all groups together. NaN = not applicable (a
         statistic NaN in every run of a group is left out of that group's score). An
         infinite value (non-finite output) is an error: calibration runs must be correct.
-    group : array_like, optional
+    group : array_like or pandas.Categorical, optional
         Group label per run, 1-D (default: one group ``"all"``). Results are keyed by
-        ``str(label)``.
+        ``str(label)``. A :class:`pandas.Categorical` is grouped by its codes (no hashing
+        of every run's label).
     fp_budget : float
         Largest acceptable probability that a correct run's check fails.
     confidence : float
@@ -386,6 +387,12 @@ def _label_array(x: Any) -> np.ndarray:
     else as Python objects (mixed types are not coerced to one)."""
     if isinstance(x, np.ndarray) and x.dtype.kind in "USiub":
         return x
+    import pandas as pd  # comes with xarray
+
+    if isinstance(x, pd.Categorical):
+        if (x.codes < 0).any():
+            raise ValueError(f"group has {int((x.codes < 0).sum())} missing label(s)")
+        return x
     return np.asarray(x, dtype=object)
 
 
@@ -416,10 +423,14 @@ def _labels(group: Any, cluster: Any, covariates: Any, n: int) -> tuple[np.ndarr
 
 def _group_rows(glab: np.ndarray) -> list[tuple[Any, np.ndarray]]:
     """``(group, row indices)`` in order of first appearance (:func:`rows_by_code`)."""
-    names, inv = factorize(glab)
+    if isinstance(glab, np.ndarray):
+        names, inv = factorize(glab)
+    else:  # a pandas.Categorical (:func:`_label_array`): its codes as they are
+        names, inv = np.asarray(glab.categories, dtype=object), np.asarray(glab.codes, dtype=np.int64)
     rows = rows_by_code(inv, names.size)  # each group's rows ascending: its first row leads
-    first = np.array([r[0] for r in rows], dtype=np.int64)
-    return [(names[j], rows[j]) for j in np.argsort(first, kind="stable")]
+    present = [j for j in range(names.size) if rows[j].size]
+    first = np.array([rows[j][0] for j in present], dtype=np.int64)
+    return [(names[present[j]], rows[present[j]]) for j in np.argsort(first, kind="stable")]
 
 
 def _group_infos(ctx: _Ctx, m: np.ndarray, glab: np.ndarray, clab: Any, cov: Any, pool_by: Any,
@@ -429,7 +440,7 @@ def _group_infos(ctx: _Ctx, m: np.ndarray, glab: np.ndarray, clab: Any, cov: Any
     nmin = ctx.nmin
     for gname, sel in _group_rows(glab):
         u = collapse(m[sel], cluster=None if clab is None else clab[sel],
-                     covariates=None if cov is None else cov[sel], names=ctx.names)
+                     covariates=None if cov is None else cov[sel], names=ctx.names, copy=False)
         active = ~np.isnan(u.values).all(axis=0)
         v = u.values[:, active]
         if np.isnan(v).all(axis=1).any():

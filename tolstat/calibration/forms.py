@@ -65,6 +65,15 @@ def _label(key: tuple[str, ...]) -> str:
     return "(" + ", ".join(key) + ")"
 
 
+def _group_labels(keys: Sequence[tuple[str, ...]], codes: np.ndarray) -> Any:
+    """Each run's group label for :func:`~tolstat.calibration.engine.certify`: a
+    :class:`pandas.Categorical` of the runs' group codes (grouped by its codes, without
+    hashing a label per run)."""
+    import pandas as pd  # comes with xarray
+
+    return pd.Categorical.from_codes(np.asarray(codes, dtype=np.int64), categories=[_label(k) for k in keys])
+
+
 def _engine_units(ds: xr.Dataset, cluster: str | None, codes: np.ndarray) -> tuple[np.ndarray | None, RunUnits]:
     """Unit labels for :func:`tolstat.calibration.engine.certify` (None: every run is its own unit) and the units.
 
@@ -79,25 +88,26 @@ def _engine_units(ds: xr.Dataset, cluster: str | None, codes: np.ndarray) -> tup
 
 def _op_names(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray) -> tuple[list[str], np.ndarray]:
     """The union of score statistics and a (runs, names) mask of those each group uses."""
-    rows = rows_by_code(codes, len(keys))
-    values: dict[str, np.ndarray] = {}
+    codes = np.asarray(codes, dtype=np.int64)
+    present: dict[str, np.ndarray] = {}  # per statistic: how many runs of each group have it
     per_group = []
-    for gi, key in enumerate(keys):
+    for key in keys:
         names = []
         for n in score_statistic_names(key[0]):
-            if n in ds and n not in values:
-                values[n] = np.asarray(ds[n].values, dtype=np.float64)
-            if n in ds and not np.isnan(values[n][rows[gi]]).all():
+            if n in ds and n not in present:
+                have = ~np.isnan(np.asarray(ds[n].values, dtype=np.float64))
+                present[n] = np.bincount(codes, weights=have, minlength=len(keys))
+            if n in ds and present[n][len(per_group)] > 0:
                 names.append(n)
         per_group.append(names)
     union = list(dict.fromkeys(n for names in per_group for n in names))
     if not union:
         raise ValueError("form='operator' needs operator statistics in the error dataset "
                          "(collect / from_pairs with options=CollectOptions(magnitude=...))")
-    use = np.zeros((codes.size, len(union)), dtype=bool)
+    by_group = np.zeros((len(keys), len(union)), dtype=bool)
     for gi, names in enumerate(per_group):
-        use[np.ix_(rows[gi], [union.index(n) for n in names])] = True
-    return union, use
+        by_group[gi, [union.index(n) for n in names]] = True
+    return union, by_group[codes]
 
 
 def _certify_options(options: SelectOptions, norm_quantile: float, keys: Sequence[tuple[str, ...]],
@@ -117,7 +127,7 @@ def _operator(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray
     union, use = _op_names(ds, keys, codes)
     raw = dataset_op_statistics(ds, union)
     stats = {n: np.where(use[:, j], raw[n], np.nan) for j, n in enumerate(union)}
-    glab = np.array([_label(k) for k in keys], dtype=object)[codes]
+    glab = _group_labels(keys, codes)
     floor = {n: (1.0 if n in OP_UNIT_FLOOR else 0.0) for n in union}
     labels, units = _engine_units(ds, cluster, codes)
     opts = _certify_options(options, 1.0, keys)
@@ -127,10 +137,11 @@ def _operator(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray
         res = _shared_fallback(res, certify(stats, glab, fp_budget=a, confidence=g, cluster=labels, floor=floor,
                                             on_refusal="record",
                                             options=dataclasses.replace(opts, pool_normalisers="shared")))
-    rowwise = {}
-    row_rms = np.asarray(ds["op_row_rms_max"].values, dtype=np.float64) if "op_row_rms_max" in ds else None
-    for key, sel in zip(keys, rows_by_code(codes, len(keys))):
-        rowwise[_label(key)] = bool(row_rms is not None and not np.isnan(row_rms[sel]).all())
+    have = np.zeros(len(keys))  # per group: how many runs have row statistics
+    if "op_row_rms_max" in ds:
+        have = np.bincount(np.asarray(codes, dtype=np.int64), minlength=len(keys),
+                           weights=~np.isnan(np.asarray(ds["op_row_rms_max"].values, dtype=np.float64)))
+    rowwise = {_label(key): bool(have[gi] > 0) for gi, key in enumerate(keys)}
     return res, rowwise, units
 
 
@@ -226,7 +237,7 @@ def _scale_forms(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndar
         vals = run_values(ds.isel(run=rows), "max_score", ScaleModel.fit_free(dt))
         for gi, part in zip(gis, np.split(vals, np.cumsum([cal_rows[gi].size for gi in gis])[:-1])):
             scores[gi] = part
-    glab = np.repeat(np.array([_label(k) for k in keys], dtype=object), [r.size for r in cal_rows])
+    glab = _group_labels(keys, np.repeat(np.arange(len(keys)), [r.size for r in cal_rows]))
     rows_all = np.concatenate(cal_rows) if cal_rows else np.zeros(0, dtype=np.int64)
     res = certify({"max_score": np.concatenate(scores)}, glab,
                   fp_budget=a, confidence=g, cluster=None if labels is None else np.asarray(labels)[rows_all],
@@ -288,7 +299,7 @@ def _plain(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray, a
            statistic: str, cluster: str | None, options: SelectOptions) -> tuple[CertifyResult, RunUnits]:
     """``form=None``: the plain statistic of every run, certified as it is (no fit, no split)."""
     labels, units = _engine_units(ds, cluster, codes)
-    glab = np.array([_label(k) for k in keys], dtype=object)[codes]
+    glab = _group_labels(keys, codes)
     res = certify({statistic: run_values(ds, statistic)}, glab, fp_budget=a, confidence=g, cluster=labels,
                   on_refusal="record", options=_certify_options(options, 1.0, keys, operator=False))
     return res, units

@@ -154,7 +154,7 @@ def _hashable(x: Any) -> Any:
 
 
 def collapse(stats: Any, *, cluster: Any = None, covariates: Any = None,
-             names: Sequence[str] | None = None) -> Units:
+             names: Sequence[str] | None = None, copy: bool = True) -> Units:
     """Collapse exact duplicate runs and declared clusters into independent units.
 
     Parameters
@@ -173,6 +173,9 @@ def collapse(stats: Any, *, cluster: Any = None, covariates: Any = None,
         lattice, exact ops) and are no evidence of a repeated run.
     names : sequence of str, optional
         Statistic names when ``stats`` is an array.
+    copy : bool, default True
+        False lets :attr:`Units.values` be ``stats`` itself (a float64 matrix) when no run
+        is dropped or joined: no copy of a large matrix the caller no longer changes.
 
     Returns
     -------
@@ -205,20 +208,19 @@ def collapse(stats: Any, *, cluster: Any = None, covariates: Any = None,
         if lab.size != n:
             raise ValueError(f"cluster has {lab.size} labels for {n} runs")
     n_dup = n - keep.size
-    m = m[keep]
+    if n_dup or (copy and lab is None):
+        m = m[keep]
     if lab is None:
         return Units(m, keys, n, int(n_dup), None)
-    lab = lab[keep]
+    if n_dup:
+        lab = lab[keep]
     uniq, inv = factorize(lab)  # numpy.unique's arrays
-    out = np.full((uniq.size, m.shape[1]), -np.inf)
-    filled = np.zeros((uniq.size, m.shape[1]), dtype=bool)
-    fin = ~np.isnan(m)
+    # per unit and statistic the largest member value; fmax skips NaN, so a unit none of
+    # whose members has the statistic keeps NaN
+    out = np.full((m.shape[1], uniq.size), np.nan)
     for j in range(m.shape[1]):
-        f = fin[:, j]
-        np.maximum.at(out[:, j], inv[f], m[f, j])
-        filled[inv[f], j] = True
-    out[~filled] = np.nan
-    return Units(out, keys, n, int(n_dup), int(uniq.size))
+        np.fmax.at(out[j], inv, m[:, j])
+    return Units(np.ascontiguousarray(out.T), keys, n, int(n_dup), int(uniq.size))
 
 
 # --------------------------------------------------------------------------- split
