@@ -28,8 +28,10 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, path: Path) -> Path:
-    return atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight"))
+def _save(fig: Any, path: Path, tight: bool = True) -> Path:
+    """Write ``fig`` as a PNG atomically; ``tight`` crops it to what is drawn (a second
+    layout pass: figures with a fixed layout leave it out)."""
+    return atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=110, bbox_inches="tight" if tight else None))
 
 
 def plot_recall_fp(result: "EvalResult", path: str | os.PathLike[str]) -> Path:
@@ -93,8 +95,13 @@ def plot_error_histograms(result: "EvalResult", path: str | os.PathLike[str], dt
     handles, labels = axes.ravel()[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower right", fontsize=8)
     fig.suptitle(f"Run max |error| of correct kernels ({dtype}) with thresholds", fontsize=11)
-    fig.tight_layout()
-    out = _save(fig, Path(path))
+    # a fixed layout in inches (the panels' titles and tick labels have fixed font sizes):
+    # matplotlib's tight layout measured every tick label of every panel, a third of the
+    # plots' time
+    height = 2.8 * nrow
+    fig.subplots_adjust(left=0.035, right=0.99, bottom=0.3 / height, top=1 - 0.75 / height,
+                        wspace=0.15, hspace=0.32)
+    out = _save(fig, Path(path), tight=False)
     plt.close(fig)
     return out
 
