@@ -128,6 +128,25 @@ def canonical_dtype(dtype: Any) -> str:
     """
     if isinstance(dtype, TargetDtype):
         return dtype.name
+    try:
+        return _CANONICAL[dtype]  # a spelling seen before (hashable: str, numpy and torch dtypes)
+    except (KeyError, TypeError):
+        pass
+    name = _canonical_uncached(dtype)
+    if len(_CANONICAL) < 256:
+        try:
+            _CANONICAL[dtype] = name
+        except TypeError:  # unhashable
+            pass
+    return name
+
+
+#: spelling -> canonical name, filled by :func:`canonical_dtype` (a per-check lookup)
+_CANONICAL: dict[Any, str] = {}
+
+
+def _canonical_uncached(dtype: Any) -> str:
+    """:func:`canonical_dtype` without the cache."""
     if isinstance(dtype, str):
         key = dtype.strip().lower()
         if key.startswith("torch."):
@@ -180,13 +199,12 @@ def round_to_format(x: Any, dtype: Any, *, overflow: str = "inf") -> np.ndarray:
         raise ValueError(f"overflow must be 'inf' or 'clamp', got {overflow!r}")
     td = target_dtype(dtype)
     x64 = np.asarray(x, dtype=np.float64)
-    finite = np.isfinite(x64)
     if overflow == "clamp":
-        x64 = np.where(finite, np.clip(x64, -td.max, td.max), x64)
+        x64 = np.where(np.isfinite(x64), np.clip(x64, -td.max, td.max), x64)
     with np.errstate(over="ignore", invalid="ignore"):
         if td.name in ("float16", "float32", "float64") or _cast_rounds_once(td):
             return x64.astype(td.np_dtype)
-        return _round_in_float64(x64, finite, td, overflow)
+        return _round_in_float64(x64, np.isfinite(x64), td, overflow)
 
 
 def _round_in_float64(x64: np.ndarray, finite: np.ndarray, td: TargetDtype, overflow: str) -> np.ndarray:

@@ -210,6 +210,10 @@ def _scale_forms(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndar
     scale, seed = options.scale, options.seed
     nmin = order_statistic_min_n(1.0 - a, g)
     labels, units = _engine_units(ds, cluster, codes)
+    # the scale fits and scores read neither the signed nor the ULP element samples nor the
+    # operator statistics: each group's runs are cut out of the dataset without them
+    ds = ds.drop_vars([v for v in ds.data_vars if v in ("sample_signed", "sample_ulp")
+                       or ds[v].attrs.get("role") == "op_statistic"])
     models: dict[str, tuple[str, str, Any, int]] = {}
     cal_rows: list[np.ndarray] = []
     scores: list[np.ndarray | None] = []

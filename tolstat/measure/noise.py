@@ -474,7 +474,7 @@ def statistics_of_pass(res: Any, actual: np.ndarray, expected: np.ndarray, magni
         if bad[j]:
             out.update({nm + suffix: math.inf for nm in names})
             continue
-        mx, s2, sa, sz, cnt, rms_max, rms_sum, bias_max, ssz = (float(v) for v in st[j])
+        mx, s2, sa, sz, cnt, rms_max, rms_sum, bias_max, ssz = st[j].tolist()  # Python floats
         vals = {"op_max": mx, "op_rms": math.sqrt(s2 / n), "op_mean": sa / n,
                 "op_bias": abs(sz / n) * math.sqrt(n), "op_sbias": abs(ssz / n) * math.sqrt(n),
                 "op_frac": cnt / n}
