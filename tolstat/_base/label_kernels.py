@@ -1,5 +1,7 @@
-"""numba kernels of :func:`tolstat._base.util.factorize`: a hash per fixed-width label and
-the exact check that every label equals its group's first one.
+"""numba kernels of :func:`tolstat._base.util.factorize` (a hash per fixed-width label and
+the exact check that every label equals its group's first one) and of
+:func:`tolstat._base.validate.duplicate_rows` (row hashes folded column by column, and which
+hashes occur more than once).
 
 Kept out of :mod:`tolstat._base.util` so that importing the grouping helpers does not
 import numba; loaded on first use, for arrays of at least
