@@ -86,17 +86,21 @@ def _engine_units(ds: xr.Dataset, cluster: str | None, codes: np.ndarray) -> tup
     return u.ids, u
 
 
+def _runs_with(ds: xr.Dataset, name: str, codes: np.ndarray, n_groups: int) -> np.ndarray:
+    """Per group code, how many of its runs have a value (not NaN) of the variable ``name``."""
+    have = ~np.isnan(np.asarray(ds[name].values, dtype=np.float64))
+    return np.bincount(np.asarray(codes, dtype=np.int64), weights=have, minlength=n_groups)
+
+
 def _op_names(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray) -> tuple[list[str], np.ndarray]:
     """The union of score statistics and a (runs, names) mask of those each group uses."""
-    codes = np.asarray(codes, dtype=np.int64)
     present: dict[str, np.ndarray] = {}  # per statistic: how many runs of each group have it
     per_group = []
     for key in keys:
         names = []
         for n in score_statistic_names(key[0]):
             if n in ds and n not in present:
-                have = ~np.isnan(np.asarray(ds[n].values, dtype=np.float64))
-                present[n] = np.bincount(codes, weights=have, minlength=len(keys))
+                present[n] = _runs_with(ds, n, codes, len(keys))
             if n in ds and present[n][len(per_group)] > 0:
                 names.append(n)
         per_group.append(names)
@@ -107,7 +111,7 @@ def _op_names(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray
     by_group = np.zeros((len(keys), len(union)), dtype=bool)
     for gi, names in enumerate(per_group):
         by_group[gi, [union.index(n) for n in names]] = True
-    return union, by_group[codes]
+    return union, by_group[np.asarray(codes, dtype=np.int64)]
 
 
 def _certify_options(options: SelectOptions, norm_quantile: float, keys: Sequence[tuple[str, ...]],
@@ -137,10 +141,8 @@ def _operator(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndarray
         res = _shared_fallback(res, certify(stats, glab, fp_budget=a, confidence=g, cluster=labels, floor=floor,
                                             on_refusal="record",
                                             options=dataclasses.replace(opts, pool_normalisers="shared")))
-    have = np.zeros(len(keys))  # per group: how many runs have row statistics
-    if "op_row_rms_max" in ds:
-        have = np.bincount(np.asarray(codes, dtype=np.int64), minlength=len(keys),
-                           weights=~np.isnan(np.asarray(ds["op_row_rms_max"].values, dtype=np.float64)))
+    # per group: how many runs have row statistics
+    have = _runs_with(ds, "op_row_rms_max", codes, len(keys)) if "op_row_rms_max" in ds else np.zeros(len(keys))
     rowwise = {_label(key): bool(have[gi] > 0) for gi, key in enumerate(keys)}
     return res, rowwise, units
 

@@ -202,22 +202,19 @@ def run_units(ds: xr.Dataset, cluster: str | None = None, groups: np.ndarray | N
     if len(coded) == 1 and int(coded[0].max()) + 1 == n:  # every key distinct: every run its own unit
         return RunUnits(np.arange(n, dtype=np.int64), n, n, " and ".join(by))
     g = np.zeros(n, dtype=np.int64) if groups is None else np.asarray(groups, dtype=np.int64)
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
+    # one code per distinct (group, key): the key's code within the grid of both (a unit's id
+    # below is its first run, so the numbering of the codes does not matter)
+    codes = [factorize(g * (int(kc.max()) + 1) + kc)[1].ravel() for kc in coded]
+    if len(codes) == 1:  # one relation: a unit is a code (codes 0 .. m-1, no components to join)
+        comp, n_units = codes[0], int(codes[0].max()) + 1
+    else:  # runs joined by any relation: connected components of runs and (group, key) nodes
+        from scipy.sparse import coo_matrix
+        from scipy.sparse.csgraph import connected_components
 
-    rows, cols, off = [], [], n
-    for kc in coded:
-        # one code per distinct (group, key): the key's code within the grid of both (a unit's
-        # id below is its first run, so the numbering of the codes does not matter)
-        _, code = factorize(g * (int(kc.max()) + 1) + kc)
-        rows.append(np.arange(n))
-        cols.append(off + code.ravel())
-        off += int(code.max()) + 1
-    if len(coded) == 1:  # one relation: a unit is a code (codes 0 .. m-1, no components to join)
-        comp, n_units = cols[0] - n, off - n
-    else:
-        r, c = np.concatenate(rows), np.concatenate(cols)
-        adj = coo_matrix((np.ones(r.size, dtype=np.int8), (r, c)), shape=(off, off))
+        offs = n + np.cumsum([0] + [int(c.max()) + 1 for c in codes])
+        r = np.tile(np.arange(n), len(codes))
+        c = np.concatenate([off + code for off, code in zip(offs, codes)])
+        adj = coo_matrix((np.ones(r.size, dtype=np.int8), (r, c)), shape=(offs[-1], offs[-1]))
         comp, n_units = connected_components(adj, directed=False)[1][:n], 0
     first = np.full(int(comp.max()) + 1, n, dtype=np.int64)
     np.minimum.at(first, comp, np.arange(n, dtype=np.int64))
