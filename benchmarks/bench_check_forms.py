@@ -120,6 +120,14 @@ def _min_pair(f, g, repeats: int, batch_s: float = 2e-3) -> tuple[float, float]:
     return bf, bg
 
 
+def _where(path: Path) -> str:
+    """``path`` relative to the repository when it lies in it (no machine paths in results)."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return path.name
+
+
 def measure(quick: bool = False) -> dict:
     import tolstat
 
@@ -153,7 +161,7 @@ def measure(quick: bool = False) -> dict:
                                  passed=bool(r.passed), correctly_rounded=bool(r.correctly_rounded)))
                 print(f"n={n:>9,d} {form:<11s} {out_name:<18s} check {tf * 1e3:9.3f} ms  numpy {tg * 1e3:9.3f} ms  "
                       f"ratio {tf / tg:6.2f}  passed={r.passed}", flush=True)
-    return dict(load_start=load_start, load_end=os.getloadavg(), build_s=t_build, tolstat=str(Path(tolstat.__file__).parent),
+    return dict(load_start=load_start, load_end=os.getloadavg(), build_s=t_build, tolstat=_where(Path(tolstat.__file__).parent),
                 forms={k: _describe(v) for k, v in tables.items()}, rows=rows,
                 python=platform.python_version(), numpy=np.__version__, machine=platform.machine(),
                 cpus=os.cpu_count())
