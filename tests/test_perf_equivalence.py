@@ -126,9 +126,9 @@ def test_run_quantiles_equal_numpy_bit_for_bit():
     from tolstat.dataset.records import _QUANTILES, _quantile_linear
 
     rng = np.random.default_rng(11)
-    for t in range(600):
-        n = int(rng.integers(1, 12 if t % 3 == 0 else 3000))
-        kind = t % 5
+    for t in range(700):
+        n = int(rng.integers(1, 12 if t % 3 == 0 else (3000 if t % 3 == 1 else 40000)))
+        kind = t % 7
         if kind == 0:
             a = np.abs(rng.standard_normal(n))
         elif kind == 1:  # ties on a lattice
@@ -138,13 +138,35 @@ def test_run_quantiles_equal_numpy_bit_for_bit():
             a[rng.random(n) < 0.05] = np.inf
         elif kind == 3:  # signed zeros
             a = np.where(rng.random(n) < 0.5, 0.0, -0.0) + rng.integers(0, 2, n)
-        else:  # NaN: numpy's own path
+        elif kind == 4:  # NaN: numpy's own path
             a = rng.exponential(1.0, n)
             a[rng.random(n) < 0.05] = np.nan
+        elif kind == 5:  # hundreds of decades, and most values zero
+            a = np.abs(rng.standard_normal(n)) * 10.0 ** rng.integers(-300, 300, n)
+            a[rng.random(n) < 0.6] = 0.0
+        else:  # one value almost everywhere: a bucket of equal values
+            a = np.full(n, 0.75)
+            a[rng.integers(0, n, 3)] = rng.random(3)
         for qs in (_QUANTILES, np.array([0.0, 1.0, 0.25, 0.5 + 1e-12])):
             with np.errstate(invalid="ignore"):
                 got, ref = _quantile_linear(a, qs), np.quantile(a, qs)
             np.testing.assert_array_equal(got.view(np.int64), np.asarray(ref).view(np.int64))
+
+
+def test_order_statistics_equal_sorted_values_at_every_rank_set():
+    from tolstat.dataset.records import _order_statistics
+
+    rng = np.random.default_rng(12)
+    for t in range(300):
+        n = int(rng.integers(1, 6000))
+        a = np.abs(rng.standard_cauchy(n)) if t % 2 else rng.integers(0, 5, n) * 0.5
+        ranks = np.unique(rng.integers(0, n, int(rng.integers(1, 9))))
+        out = np.empty(ranks.size)
+        assert _order_statistics(a, ranks, out)
+        np.testing.assert_array_equal(out, np.sort(a)[ranks])
+    out = np.empty(1)
+    for bad in (np.array([1.0, -0.0, 2.0]), np.array([1.0, np.nan]), np.array([-1.0, 2.0])):
+        assert not _order_statistics(bad, np.array([0]), out)  # the caller falls back to numpy
 
 
 def test_corpus_casts_once_and_hands_out_fresh_arrays():

@@ -87,11 +87,15 @@ def _run_stats(metrics: ErrorMetrics) -> tuple[dict[str, Any], np.ndarray]:
     """The run-level statistics of one run and its error quantiles (:data:`~tolstat.dataset.schema.QUANTILES`)."""
     abs_e = metrics.abs
     nf = metrics.n_nonfinite
-    finite = ~metrics.nonfinite
     with np.errstate(invalid="ignore", over="ignore"):
         mean_abs = float(abs_e.mean()) if nf == 0 else float("inf")
-        sig = metrics.signed[finite & np.isfinite(metrics.signed)]
-        mean_signed = float(sig.mean()) if sig.size else 0.0
+        sig = metrics.signed
+        total = sig.sum()
+        if np.isfinite(total):  # every signed error finite: the mean without a masked copy
+            mean_signed = float(total / sig.size)
+        else:
+            sig = sig[~metrics.nonfinite & np.isfinite(sig)]
+            mean_signed = float(sig.mean()) if sig.size else 0.0
         cov = metric_covariates(metrics)
         q = _quantile_linear(abs_e, _QUANTILES) if nf == 0 else np.quantile(
             np.where(metrics.nonfinite, np.inf, abs_e), QUANTILES, method="higher"
@@ -113,6 +117,8 @@ def _run_stats(metrics: ErrorMetrics) -> tuple[dict[str, Any], np.ndarray]:
 
 
 _QUANTILES = np.asarray(QUANTILES, dtype=np.float64)
+#: from this many values on, :func:`_quantile_linear` selects with :func:`_order_statistics`
+_SELECT_FROM = 1024
 
 
 def _quantile_linear(a: np.ndarray, qs: np.ndarray) -> np.ndarray:
@@ -121,11 +127,16 @@ def _quantile_linear(a: np.ndarray, qs: np.ndarray) -> np.ndarray:
     n = a.size
     if n == 0 or a.dtype != np.float64 or a.ndim != 1:
         return np.quantile(a, qs)
-    prev, nxt, kth, t, upper = _linear_positions(n, tuple(float(q) for q in qs))
-    part = np.partition(a, kth)
-    if np.isnan(part[-1]):
-        return np.quantile(a, qs)
-    lo, hi = part[prev], part[nxt]
+    prev, nxt, kth, t, upper, ranks, at_prev, at_nxt = _linear_positions(n, tuple(float(q) for q in qs))
+    vals = np.empty(ranks.size)
+    # the values np.partition puts at those ranks; faster than it from about a thousand values
+    if n >= _SELECT_FROM and _order_statistics(a, ranks, vals):
+        lo, hi = vals[at_prev], vals[at_nxt]
+    else:
+        part = np.partition(a, kth)
+        if np.isnan(part[-1]):
+            return np.quantile(a, qs)
+        lo, hi = part[prev], part[nxt]
     d = hi - lo
     out = lo + d * t
     np.subtract(hi, d * (1 - t), out=out, where=upper)
@@ -143,10 +154,98 @@ def _linear_positions(n: int, qs: tuple[float, ...]) -> tuple[np.ndarray, ...]:
     prev[above] = -1
     nxt[above] = -1
     t = v - prev
-    out = (prev, nxt, np.unique(np.hstack((prev, nxt))), t, t >= 0.5)
+    kth = np.unique(np.hstack((prev, nxt)))
+    ranks = np.unique(kth % n)  # as non-negative ranks, for _order_statistics
+    out = (prev, nxt, kth, t, t >= 0.5, ranks, np.searchsorted(ranks, prev % n), np.searchsorted(ranks, nxt % n))
     for x in out:
         x.flags.writeable = False
     return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _order_statistics(a: np.ndarray, ranks: np.ndarray, out: np.ndarray) -> bool:  # pragma: no cover - numba
+    """``out[j] = numpy.sort(a)[ranks[j]]`` for sorted distinct ``ranks``, where every value
+    of ``a`` is +0.0 or positive and none is NaN (absolute errors); False (``out`` unset)
+    where a value is not, for the caller's fallback.
+
+    A bucket selection: the bit patterns of such values are ordered like the values, so a
+    histogram of their top bits (up to 2,048 buckets over the observed range) names the
+    bucket of each rank; only the elements of those buckets are gathered and sorted
+    (skipped where a bucket holds one value). The values are those ``numpy.partition``
+    places at the ranks: order statistics do not depend on the algorithm.
+    """
+    n = a.size
+    bits = a.view(np.int64)
+    inf_bits = np.int64(0x7FF0000000000000)
+    kmin = bits[0]
+    kmax = bits[0]
+    for i in range(n):
+        b = bits[i]
+        if b < 0 or b > inf_bits:  # a negative value (-0.0 too) or NaN
+            return False
+        if b < kmin:
+            kmin = b
+        elif b > kmax:
+            kmax = b
+    nb = 1
+    while nb < n and nb < 2048:
+        nb *= 2
+    shift = 0
+    while ((kmax - kmin) >> shift) >= nb:
+        shift += 1
+    counts = np.zeros(nb, dtype=np.int64)
+    for i in range(n):
+        counts[(bits[i] - kmin) >> shift] += 1
+    # the bucket of each rank, and where its elements go in one gather buffer
+    slot = np.full(nb, -1, dtype=np.int64)  # bucket -> index among the needed buckets
+    need_start = np.empty(ranks.size, dtype=np.int64)  # buffer offset of each needed bucket
+    need_first = np.empty(ranks.size, dtype=np.int64)  # rank of its first (smallest) element
+    need_count = np.empty(ranks.size, dtype=np.int64)
+    rank_slot = np.empty(ranks.size, dtype=np.int64)
+    n_need = 0
+    total = 0
+    before = 0
+    j = 0
+    for bk in range(nb):
+        c = counts[bk]
+        while j < ranks.size and ranks[j] < before + c:
+            if slot[bk] < 0:
+                slot[bk] = n_need
+                need_start[n_need] = total
+                need_first[n_need] = before
+                need_count[n_need] = c
+                total += c
+                n_need += 1
+            rank_slot[j] = slot[bk]
+            j += 1
+        before += c
+        if j == ranks.size:
+            break
+    buf = np.empty(total)
+    fill = need_start[:n_need].copy()
+    lo = np.full(n_need, np.inf)
+    hi = np.full(n_need, -np.inf)
+    for i in range(n):
+        sl = slot[(bits[i] - kmin) >> shift]
+        if sl >= 0:
+            v = a[i]
+            buf[fill[sl]] = v
+            fill[sl] += 1
+            if v < lo[sl]:
+                lo[sl] = v
+            if v > hi[sl]:
+                hi[sl] = v
+    for k in range(n_need):
+        if lo[k] < hi[k]:
+            seg = buf[need_start[k]:need_start[k] + need_count[k]]
+            seg.sort()
+    for j in range(ranks.size):
+        sl = rank_slot[j]
+        if lo[sl] == hi[sl]:
+            out[j] = lo[sl]
+        else:
+            out[j] = buf[need_start[sl] + ranks[j] - need_first[sl]]
+    return True
 
 
 def _fit_share(sample_size: int) -> int:
@@ -203,7 +302,9 @@ def _sample_indices(metrics: ErrorMetrics, sample_size: int,
         # a hull longer than the room is cut: largest errors first, so the sample
         # always holds the run's largest error (the run's max_abs)
         hull = hull[np.argsort(-abs_e[hull], kind="stable")]
-        rest = np.setdiff1d(front, hull, assume_unique=True)
+        on_hull = np.zeros(n, dtype=bool)
+        on_hull[hull] = True
+        rest = front[~on_hull[front]]  # np.setdiff1d(front, hull): front's order, without its overhead
         rest = rest[np.argsort(-abs_e[rest], kind="stable")]
         order = np.concatenate([hull, rest])
         keep = order[~in_fit[order]][:room]
@@ -295,15 +396,15 @@ def pareto_frontier(abs_err: np.ndarray, ref_abs: np.ndarray) -> np.ndarray:
     # numba, O(n) plus a sort of the few candidates: the same set as walking the
     # lexicographic order (|expected|, -|d|, position) and keeping each element whose |d|
     # exceeds every earlier one (a NaN |d| stops the front, as a running max would)
-    r = np.asarray(ref_abs, dtype=np.float64).ravel()
-    r = np.where(np.isnan(r), np.inf, r) + 0.0  # + 0.0: -0.0 becomes +0.0 (they tie)
-    return _front_kernel(np.asarray(abs_err, dtype=np.float64).ravel(), r)
+    return _front_kernel(np.asarray(abs_err, dtype=np.float64).ravel(),
+                         np.asarray(ref_abs, dtype=np.float64).ravel())
 
 
 @numba.njit(cache=True)
-def _front_kernel(d: np.ndarray, r: np.ndarray) -> np.ndarray:  # pragma: no cover - numba
-    """Sorted indices of the Pareto front (see :func:`pareto_frontier`); ``r`` has no NaN
-    and no -0.0.
+def _front_kernel(d: np.ndarray, r_in: np.ndarray) -> np.ndarray:  # pragma: no cover - numba
+    """Sorted indices of the Pareto front (see :func:`pareto_frontier`).
+
+    A NaN ``|expected|`` counts as +inf, and -0.0 as +0.0 (they tie).
 
     The elements are bucketed by ``r`` (buckets ordered like ``r``); an element whose
     ``d`` is at most the largest ``d`` of an earlier bucket follows an element with a
@@ -313,7 +414,11 @@ def _front_kernel(d: np.ndarray, r: np.ndarray) -> np.ndarray:  # pragma: no cov
     equals the running maximum over all elements, and a NaN ``d`` (sorted last among
     equal ``r``) makes it NaN: no later element is on the front.
     """
-    n = r.size
+    n = r_in.size
+    r = np.empty(n)
+    for i in range(n):
+        v = r_in[i]
+        r[i] = (np.inf if v != v else v) + 0.0  # + 0.0: -0.0 becomes +0.0
     keys = np.empty(n, dtype=np.int64)
     kmin = np.int64(0)
     kmax = np.int64(0)
