@@ -21,6 +21,7 @@ counted (``n_nonfinite``) and reported, never dropped.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -195,16 +196,26 @@ def _ulp_fused(a: np.ndarray, e: np.ndarray, td: TargetDtype) -> np.ndarray:
     """:func:`_ulp_general` for a 16-bit ``actual`` in ``td`` and a float64 ``expected``:
     the same rounding (to nearest even, after clamping to +-max), overflow rule and
     non-finite rule, element by element in one pass (tested equal)."""
+    p, emin, vmax, edge, odd = _ulp16_constants(td.name)
+    out = np.empty(a.size, dtype=np.float64)
+    _ulp16_kernel(np.ascontiguousarray(a).view(np.uint16).ravel(), np.ascontiguousarray(e).ravel(), p, emin,
+                  vmax, edge, odd, out)
+    return out.reshape(a.shape)
+
+
+@functools.lru_cache(maxsize=None)
+def _ulp16_constants(name: str) -> tuple[int, int, float, float, bool]:
+    """The constants :func:`_ulp16_kernel` takes for the 16-bit format ``name`` (computed
+    once per format): precision, smallest normal exponent, largest finite value, the
+    overflow edge (largest finite value plus half an ULP) and whether its significand is odd."""
+    td = target_dtype(name)
     fi = np.finfo(td.np_dtype) if td.name == "float16" else _finfo_of(td)
     p = int(fi.nmant) + 1
     emin = int(np.log2(td.tiny)) + 1
     _, ex = np.frexp(np.float64(td.max))
     edge = td.max + float(np.ldexp(1.0, int(ex) - p - 1))
     odd = bool(int(np.array(td.max, dtype=td.np_dtype).view(td.uint_dtype)) & 1)
-    out = np.empty(a.size, dtype=np.float64)
-    _ulp16_kernel(np.ascontiguousarray(a).view(np.uint16).ravel(), np.ascontiguousarray(e).ravel(), p, emin,
-                  float(td.max), edge, odd, out)
-    return out.reshape(a.shape)
+    return p, emin, float(td.max), edge, odd
 
 
 @numba.njit(cache=True, nogil=True)
@@ -496,7 +507,9 @@ def metric_covariates(m: ErrorMetrics, extra: Mapping[str, Any] | None = None) -
     over the finite reference values: the same definitions as the error dataset's run
     variables (:func:`tolstat.dataset.records.summarize_run`).
     """
-    ref = m.ref_abs[np.isfinite(m.ref_abs)]
+    ref = m.ref_abs
+    if ref.size and not np.isfinite(ref.max()):  # (a NaN max: some NaN) copy only then
+        ref = ref[np.isfinite(ref)]
     cov: dict[str, Any] = {
         "n_elements": float(m.n_elements),
         "ref_max_abs": float(ref.max()) if ref.size else 0.0,
