@@ -195,6 +195,40 @@ def test_quantreg_reproduces_statsmodels():
     assert names == ["atol", "rtol"] and notes == ""
 
 
+@pytest.mark.parametrize("case", ["linear", "three columns", "ties and zeros", "few runs", "constant column",
+                                  "iteration limit", "heavy tail"])
+@pytest.mark.parametrize("q", [0.5, 0.9, 0.99])
+def test_quantreg_iterations_are_statsmodels_bit_for_bit(case, q):
+    """The IRLS quantreg runs (statsmodels' iteration without its covariance and history)
+    gives QuantReg's coefficients exactly, not only to a tolerance."""
+    import warnings
+    import zlib
+
+    from statsmodels.regression.quantile_regression import QuantReg
+
+    from tolstat.models.scale import _quantreg_irls
+
+    rng = np.random.default_rng([zlib.crc32(case.encode()), int(q * 100)])
+    n = 7 if case == "few runs" else 4000
+    r = rng.uniform(0, 10, n)
+    d = np.abs(rng.standard_normal(n)) * (1e-3 + 5e-4 * r)
+    cols = [np.ones(n), r]
+    if case == "three columns":
+        cols.append(np.sqrt(r))
+    if case == "constant column":
+        cols.append(np.full(n, 2.0))
+    if case == "ties and zeros":
+        d = np.round(d * 2e3) / 2e3
+    if case == "heavy tail":
+        d = np.abs(rng.standard_cauchy(n)) * (1e-3 + 5e-4 * r)
+    X = np.column_stack(cols)
+    max_iter = 3 if case == "iteration limit" else 2000
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = QuantReg(d, X).fit(q=q, max_iter=max_iter).params
+    np.testing.assert_array_equal(_quantreg_irls(d, X, q, max_iter=max_iter), want)
+
+
 def test_negative_rtol_is_dropped():
     rng = np.random.default_rng(1)
     r = rng.uniform(0, 10, 2000)
