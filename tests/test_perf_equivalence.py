@@ -169,6 +169,27 @@ def test_order_statistics_equal_sorted_values_at_every_rank_set():
         assert not _order_statistics(bad, np.array([0]), out)  # the caller falls back to numpy
 
 
+def test_sample_assembly_equals_its_numpy_definition():
+    from tolstat.dataset.records import _assemble_sample, _not_in_sorted
+
+    rng = np.random.default_rng(13)
+    for _ in range(300):
+        n = int(rng.integers(2, 3000))
+        fit = np.sort(rng.choice(n, size=int(rng.integers(1, min(n, 300) + 1)), replace=False))
+        front = np.sort(rng.choice(n, size=int(rng.integers(1, n + 1)), replace=False))
+        keep = _not_in_sorted(front, fit)
+        np.testing.assert_array_equal(keep, np.setdiff1d(front, fit, assume_unique=True))
+        keep = rng.permutation(keep)[: int(rng.integers(0, keep.size + 1))]  # any order, as the hull's
+        free = n - fit.size - keep.size
+        extra = rng.choice(free, size=int(rng.integers(0, free + 1)), replace=False)
+        taken = np.sort(np.concatenate([fit, keep]))
+        mapped = extra + np.searchsorted(taken - np.arange(taken.size), extra, side="right")
+        want = np.concatenate([fit, np.sort(np.concatenate([keep, mapped]))])
+        got = _assemble_sample(fit, keep, extra)
+        np.testing.assert_array_equal(got, want)
+        assert np.unique(got).size == got.size and not np.isin(mapped, taken).any()
+
+
 def test_corpus_casts_once_and_hands_out_fresh_arrays():
     from tolstat import corpus
 

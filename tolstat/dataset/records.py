@@ -104,8 +104,8 @@ def _run_stats(metrics: ErrorMetrics) -> tuple[dict[str, Any], np.ndarray]:
         "n_elements": metrics.n_elements,
         "n_frontier": 0,
         "n_nonfinite": nf,
-        "max_abs": float(abs_e.max()),
-        "max_rel": float(metrics.rel.max()),
+        "max_abs": float(abs_e.max()) if metrics.scalars is None else metrics.scalars["max_abs"],
+        "max_rel": float(metrics.rel.max()) if metrics.scalars is None else metrics.scalars["max_rel"],
         "max_ulp": float(metrics.ulp.max()),
         "mean_abs": mean_abs,
         "mean_signed": mean_signed,
@@ -284,10 +284,10 @@ def _sample_indices(metrics: ErrorMetrics, sample_size: int,
     fit = np.sort(draw[: min(draw.size, _fit_share(sample_size))])
     room = sample_size - fit.size
     front = pareto_frontier(abs_e, metrics.ref_abs)
-    in_fit = np.zeros(n, dtype=bool)
-    in_fit[fit] = True
-    keep = front[~in_fit[front]]
+    keep = _not_in_sorted(front, fit)  # the front outside the fit sample (both sorted)
     if keep.size > room:
+        in_fit = np.zeros(n, dtype=bool)
+        in_fit[fit] = True
         # a long front (error ~ proportional to |ref|): keep its upper convex hull,
         # which holds the run maximum of every score |d| / (a + b*|ref|), then the
         # largest-|d| rest of the front
@@ -308,11 +308,38 @@ def _sample_indices(metrics: ErrorMetrics, sample_size: int,
         rest = rest[np.argsort(-abs_e[rest], kind="stable")]
         order = np.concatenate([hull, rest])
         keep = order[~in_fit[order]][:room]
-    taken = np.sort(np.concatenate([fit, keep]))
-    extra = rng.choice(n - taken.size, size=room - keep.size, replace=False)
-    # map draws from the complement of `taken` back to element indices
-    extra = extra + np.searchsorted(taken - np.arange(taken.size), extra, side="right")
-    return np.concatenate([fit, np.sort(np.concatenate([keep, extra]))]), int(front.size), int(fit.size)
+    extra = rng.choice(n - fit.size - keep.size, size=room - keep.size, replace=False)
+    return _assemble_sample(fit, keep, extra), int(front.size), int(fit.size)
+
+
+@numba.njit(cache=True)
+def _not_in_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # pragma: no cover - numba
+    """The values of sorted ``a`` that are not in sorted ``b``, in ``a``'s order."""
+    out = np.empty(a.size, dtype=np.int64)
+    m = 0
+    j = 0
+    for i in range(a.size):
+        v = a[i]
+        while j < b.size and b[j] < v:
+            j += 1
+        if j < b.size and b[j] == v:
+            continue
+        out[m] = v
+        m += 1
+    return out[:m].copy()
+
+
+@numba.njit(cache=True)
+def _assemble_sample(fit: np.ndarray, keep: np.ndarray, extra: np.ndarray) -> np.ndarray:  # pragma: no cover - numba
+    """The element sample's indices: the fit sample, then, sorted, the kept front elements
+    and the uniform draws ``extra`` from the elements in neither (draw ``j`` is the
+    ``j``-th of those, counted from 0, mapped back to its element index)."""
+    taken = np.sort(np.concatenate((fit, keep)))
+    adj = taken - np.arange(taken.size)  # taken[t] has adj[t] untaken elements before it
+    mapped = np.empty(extra.size, dtype=np.int64)
+    for t in range(extra.size):
+        mapped[t] = extra[t] + np.searchsorted(adj, extra[t], side="right")
+    return np.concatenate((fit, np.sort(np.concatenate((keep, mapped)))))
 
 
 def summarize_run(

@@ -22,7 +22,7 @@ counted (``n_nonfinite``) and reported, never dropped.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numba
@@ -269,13 +269,21 @@ def _ulp16_kernel(a_bits, e64, p, emin, vmax, edge, odd, out):  # pragma: no cov
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _metrics_kernel(a64, e64, rel_floor, signed, abs_err, rel, ref_abs, nonfinite):  # pragma: no cover - numba
+def _metrics_kernel(a64, e64, rel_floor, signed, abs_err, rel, ref_abs, nonfinite, maxima):  # pragma: no cover - numba
     """Element-wise errors, as the numpy definition: ``signed = a - e``; ``abs = |signed|``
     with the non-finite rule (:func:`_apply_nonfinite`: 0 for both NaN or the same
     infinity, else inf and ``nonfinite``); ``ref_abs = |e|``; ``rel = abs /
     np.maximum(ref_abs, rel_floor)``, 0 where ``abs == 0`` and inf where non-finite.
-    Returns the number of NaNs in ``e``."""
+
+    Returns the number of NaNs in ``e``, of non-finite errors and of finite ``ref_abs``;
+    ``maxima`` gets ``abs.max()``, ``rel.max()`` (NaN-propagating, as numpy's) and the
+    largest finite ``ref_abs`` (-inf if none)."""
     n_nan = 0
+    n_bad = 0
+    n_ref_finite = 0
+    max_abs = -np.inf
+    max_rel = -np.inf
+    max_ref = -np.inf
     for i in range(a64.size):
         av = a64[i]
         ev = e64[i]
@@ -299,8 +307,22 @@ def _metrics_kernel(a64, e64, rel_floor, signed, abs_err, rel, ref_abs, nonfinit
         nonfinite[i] = bad
         denom = ra if (ra != ra or ra >= rel_floor) else rel_floor  # np.maximum: NaN wins
         r = 0.0 if ad == 0.0 else ad / denom
-        rel[i] = np.inf if bad else r
-    return n_nan
+        r = np.inf if bad else r
+        rel[i] = r
+        if bad:
+            n_bad += 1
+        if ad > max_abs or ad != ad:  # once NaN, the maximum stays NaN (numpy's max)
+            max_abs = ad
+        if r > max_rel or r != r:
+            max_rel = r
+        if np.isfinite(ra):
+            n_ref_finite += 1
+            if ra > max_ref:
+                max_ref = ra
+    maxima[0] = max_abs
+    maxima[1] = max_rel
+    maxima[2] = max_ref
+    return n_nan, n_bad, n_ref_finite
 
 
 def _ulp_general(a: np.ndarray, e: np.ndarray, td: TargetDtype) -> np.ndarray:
@@ -399,6 +421,10 @@ class ErrorMetrics:
     ref_abs: np.ndarray
     nonfinite: np.ndarray
     rel_floor: float
+    #: run-level values found in the pass that made the arrays (:func:`error_metrics`):
+    #: ``n_nonfinite``, ``max_abs``, ``max_rel``, the largest finite ``ref_abs`` and how many
+    #: are finite; None (metrics built otherwise): computed from the arrays
+    scalars: Mapping[str, float] | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_elements(self) -> int:
@@ -408,6 +434,8 @@ class ErrorMetrics:
     @property
     def n_nonfinite(self) -> int:
         """Number of elements with an infinite error from NaN/Inf values."""
+        if self.scalars is not None:
+            return int(self.scalars["n_nonfinite"])
         return int(self.nonfinite.sum())
 
 
@@ -476,8 +504,10 @@ def error_metrics(
     n = a64.size
     signed, abs_err, rel, ref_abs = (np.empty(n) for _ in range(4))
     nonfinite = np.empty(n, dtype=bool)
+    maxima = np.empty(3)
     # one pass (numba): the numpy definitions below, element by element
-    n_nan_ref = _metrics_kernel(a64, e64, float(rel_floor), signed, abs_err, rel, ref_abs, nonfinite)
+    n_nan_ref, n_bad, n_ref_finite = _metrics_kernel(a64, e64, float(rel_floor), signed, abs_err, rel, ref_abs,
+                                                     nonfinite, maxima)
     if n_nan_ref and not allow_nan:
         first = int(np.flatnonzero(np.isnan(e64))[0])
         idx = np.unravel_index(first, e.shape) if e.ndim else ()
@@ -497,6 +527,8 @@ def error_metrics(
         ref_abs=ref_abs,
         nonfinite=nonfinite,
         rel_floor=float(rel_floor),
+        scalars={"n_nonfinite": n_bad, "max_abs": float(maxima[0]), "max_rel": float(maxima[1]),
+                 "ref_max_finite": float(maxima[2]), "n_ref_finite": n_ref_finite},
     )
 
 
@@ -508,11 +540,17 @@ def metric_covariates(m: ErrorMetrics, extra: Mapping[str, Any] | None = None) -
     variables (:func:`tolstat.dataset.records.summarize_run`).
     """
     ref = m.ref_abs
-    if ref.size and not np.isfinite(ref.max()):  # (a NaN max: some NaN) copy only then
-        ref = ref[np.isfinite(ref)]
+    if m.scalars is not None:  # the pass that made the metrics counted the finite values
+        ref_max = m.scalars["ref_max_finite"]
+        if m.scalars["n_ref_finite"] < ref.size:
+            ref = ref[np.isfinite(ref)]
+    else:
+        if ref.size and not np.isfinite(ref.max()):  # (a NaN max: some NaN) copy only then
+            ref = ref[np.isfinite(ref)]
+        ref_max = ref.max() if ref.size else 0.0
     cov: dict[str, Any] = {
         "n_elements": float(m.n_elements),
-        "ref_max_abs": float(ref.max()) if ref.size else 0.0,
+        "ref_max_abs": float(ref_max) if ref.size else 0.0,
         "ref_rms": float(np.sqrt(np.mean(np.square(ref)))) if ref.size else 0.0,
     }
     cov.update({str(k): v for k, v in (extra or {}).items()})
