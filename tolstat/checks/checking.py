@@ -24,11 +24,12 @@ from tolstat.measure.metrics import ErrorMetrics, as_array, error_metrics, ulp_d
 from tolstat.models.statistics import get as get_statistic
 from tolstat.measure.metrics import metric_covariates
 from tolstat.models.statistics import pair_op_statistics, rounded_statistics
-from tolstat.measure.noise import PLAIN_SHAPE, combined_score, noise_scale, op_pass_coefficients, statistics_of_pass
+from tolstat.measure.noise import (MID_SUFFIX, PLAIN_SHAPE, SCORE_CORE, combined_score, noise_scale,
+                                   op_pass_coefficients, statistics_of_pass)
 from tolstat.calibration.table import MissingGroup, ToleranceEntry, ToleranceTable
 from tolstat.calibration.decision import entry_failed_runs, pair_is_correctly_rounded, pair_value, ratio_value
 from tolstat.checks.fast import by_identity, cached_entry, cached_plan, fast_check, unravel
-from tolstat.measure.fused import op_statistics
+from tolstat.measure.fused import op_check_statistics, op_statistics
 from tolstat.checks.options import CheckOptions, check_options
 from tolstat.checks.result import CheckResult
 
@@ -429,17 +430,25 @@ def _operator_result(m: Any, actual: Any, expected: Any, ent: ToleranceEntry, ma
 class _OpConstants:
     """What every operator-form check of one table entry reads, worked out once (:func:`_op_constants`)."""
 
-    __slots__ = ("td", "q", "threshold", "kq", "rowwise", "thresholds", "methods")
+    __slots__ = ("td", "q", "threshold", "kq", "rowwise", "thresholds", "methods", "lean")
 
     def __init__(self, ent: ToleranceEntry) -> None:
         cert = ent.certificate or {}
         self.td = target_dtype(ent.dtype)
         self.q = dict(cert["normalisers"])
+        # the check's pass computes the statistics of the combined score only
+        # (:func:`tolstat.measure.fused.op_check_statistics`); a table naming another takes the full pass
+        self.lean = all(_base_name(k) in SCORE_CORE or _base_name(k).startswith("inv_") for k in self.q)
         self.threshold = thr = ent.statistics["op_score"].threshold
         self.kq = thr * self.q.get("op_max", math.inf)
         self.rowwise = bool(cert.get("rowwise", False))
         self.thresholds = {"op_score": thr, **{k: thr * v for k, v in self.q.items()}}
         self.methods = dict.fromkeys(self.thresholds, ent.statistics["op_score"].method)
+
+
+def _base_name(name: str) -> str:
+    """A statistic's name without the ``_mid`` suffix of the second noise shape."""
+    return name[: -len(MID_SUFFIX)] if name.endswith(MID_SUFFIX) else name
 
 
 _OP_CONSTANTS: dict[int, tuple[ToleranceEntry, _OpConstants]] = {}
@@ -456,7 +465,9 @@ def _fast_operator(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry, covariates
     fused pass (:func:`tolstat.measure.fused.op_statistics`: the statistics the table was
     calibrated on, the worst element, the exceedance count, the correctly rounded flag and,
     for a ``given`` magnitude, its checks); None where the general path is needed (it
-    raises the errors)."""
+    raises the errors). The pass is :func:`tolstat.measure.fused.op_check_statistics`
+    (the same numbers but those no combined score holds, vectorised) where it applies, a
+    finite pair with a magnitude that passes its tests, and ``op_statistics`` otherwise."""
     _validate.float_array("actual", a)
     _validate.float_array("expected", e)
     if a.shape != e.shape or a.size == 0:
@@ -482,13 +493,20 @@ def _fast_operator(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry, covariates
     A, B, C, D = op_pass_coefficients(td, K)
     kq = c.kq
     rows = c.rowwise and a.ndim > 0
-    res = op_statistics(a, ef, m, coef=(A, B, C, D), frac_k=PLAIN_SHAPE.frac_k,
-                        rowlen=a.shape[-1] if rows else None, dtype=td.name, kq=kq)
+    rowlen = a.shape[-1] if rows else None
+    res = None
+    bound = given and m is not None and magnitude_bound_applies(op)
+    if c.lean:  # the common case: a finite pair, a magnitude that passes its tests
+        checks = (2 if bound else 1) if given and m is not None else 0
+        res = op_check_statistics(a, ef, m, coef=(A, B, C, D), rowlen=rowlen, dtype=td.name, kq=kq,
+                                  magnitude_checks=checks)
+    if res is None:
+        res = op_statistics(a, ef, m, coef=(A, B, C, D), frac_k=PLAIN_SHAPE.frac_k, rowlen=rowlen, dtype=td.name,
+                            kq=kq)
     if res.nonfinite >= 0:
         return None
     if given and m is not None:
-        err = magnitude_error(op, ef, m, res.bad_magnitude,
-                              res.low_magnitude if magnitude_bound_applies(op) else -1)
+        err = magnitude_error(op, ef, m, res.bad_magnitude, res.low_magnitude if bound else -1)
         if err is not None:
             raise err
     # every element the correctly rounded reference: for an output stored in the format,

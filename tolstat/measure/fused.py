@@ -20,7 +20,12 @@ output is made:
   :func:`tolstat.measure.noise.record_statistics` (sequential sums, as recorded), with the
   reference rounded to the output format inside the pass (:func:`_round_ref`, on the float64
   bits) and, in the same pass, what an operator-form check needs (the worst element, the
-  exceedance count, whether the output is correctly rounded, the magnitude's checks).
+  exceedance count, whether the output is correctly rounded, the magnitude's checks);
+* :func:`op_check_statistics`: what an operator-form check reads of :func:`op_statistics`
+  (the statistics a combined score can hold, the worst element, the counts), the same
+  numbers bit for bit, in blocks whose element-wise part vectorises (its divisions several
+  at a time) before the sequential sums; a pair it does not cover (non-finite values, a
+  magnitude that fails its tests) is left to :func:`op_statistics`.
 
 A non-finite value in either array makes the check kernels return None: the caller then
 takes the general path (NaN/Inf handling, reference checks, messages).
@@ -44,7 +49,8 @@ from tolstat._base.dtypes import target_dtype
 _numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
 __all__ = ["decode_table", "CheckPass", "CHECK_MODES", "CR_MODES", "FormatLayout", "format_layout", "check_pass",
-           "sum_of_squares", "error_sums", "OpPass", "op_statistics", "round_params"]
+           "sum_of_squares", "error_sums", "OpPass", "op_statistics", "round_params",
+           "OP_CHECK_COLUMNS", "op_check_statistics"]
 
 _LUTS: dict[str, np.ndarray] = {}
 #: the same tables by the dtype (or type) asked for: a per-call lookup without ``dtype.name``
@@ -698,6 +704,240 @@ def _op_kernel(a: np.ndarray, lut: np.ndarray, use_lut: bool, e: np.ndarray, m: 
     return out, bad, info
 
 
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _round_ref_select(x: float, p: int, emin: int, maxv: float, qinv: float, qs: float) -> float:
+    """:func:`_round_ref` of ``x``, the same float64 bit for bit, with selects instead of
+    branches (a loop of it vectorises): every case is computed and the one
+    :func:`_round_ref` takes is kept.
+
+    ``qs = 2**(emin - p)`` is the subnormal spacing and ``qinv = 2**(p - emin)`` its
+    inverse (1 where ``p <= 0``), both exact powers of two, so ``x * qinv`` is the correctly
+    rounded value of the same real number as ``x / qs``: the same float64.
+    """
+    b = _bits(x)
+    sign = b & _SIGN64
+    ab = b ^ sign
+    sh = 53 - p  # p >= -1: a shift by at most 54
+    q = np.int64(1) << sh
+    normal = _from_bits(((ab + ((q >> 1) - 1) + ((ab >> sh) & 1)) & ~(q - 1)) | sign)
+    sub = np.rint(x * qinv) * qs
+    r = normal if (ab >> _EXP_SHIFT) - 1022 >= emin else sub
+    r = r if p > 0 else np.float64(np.float32(x))
+    return x if (p < 0 or not np.isfinite(x) or abs(r) > maxv) else r
+
+
+_EXP_ALL = np.int64(0x7FF) << _EXP_SHIFT
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _decode16(h: int, shift: int, scale: float, special: int) -> float:
+    """The float64 value of the bit pattern ``h`` of a 16-bit float format (float16:
+    ``shift = 42``, ``scale = 2**1008``, ``special = 0x7c00``; bfloat16: ``45``, ``2**896``,
+    ``0x7f80``), exact, without a table (a loop of it vectorises).
+
+    The exponent and significand bits, moved to the top of a float64's, make the float64
+    ``2**(e - 1023) * 1.f`` (a subnormal float64 for ``e = 0``); times ``scale`` (the bias
+    difference, a power of two: exact) that is the format's value, gradual underflow
+    included. The patterns from ``special`` up (all exponent bits set) are an infinity or
+    a NaN: the float64 exponent is set to all ones (significand 0: infinity). The sign bit
+    is set last (``-0`` stays ``-0``).
+    """
+    x = np.int64(h)
+    mag = x & 0x7FFF
+    top = mag << shift
+    v = _from_bits(top) * scale
+    r = _from_bits(top | _EXP_ALL) if mag >= special else v
+    return _from_bits(_bits(r) | ((x & 0x8000) << 48))
+
+
+#: ``(shift, scale, special)`` of :func:`_decode16` by output dtype name
+_DECODE16 = {"float16": (42, 2.0 ** 1008, 0x7C00), "bfloat16": (45, 2.0 ** 896, 0x7F80)}
+
+
+#: elements per block of :func:`_op_check_kernel` (its buffers, 11 rows of this many
+#: float64, stay in the L1 cache)
+_CHECK_BLOCK = 256
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _op_check_block(av: np.ndarray, e: np.ndarray, m: np.ndarray, use_m: bool, buf: np.ndarray, cnt: int,
+                    rows: bool, rp: int, remin: int, rmax: float, qinv: float, qs: float, A: float, B: float,
+                    C: float, D: float, kq: float, mchk: int) -> tuple[int, int, int]:
+    """The element-wise part of :func:`_op_check_kernel` on one block of ``cnt`` elements
+    (``av``: the output as float64, ``e`` and ``m`` the block's reference and magnitude):
+    ``buf`` rows 0-7 get ``|z|``, ``z^2``, ``x`` and ``sign(e) x`` of each noise shape
+    (``z = d / s``, ``x = b / s``), with ``rows`` rows 8-10 get ``b``, ``s0^2`` and
+    ``s1^2``; returns ``(#b != 0, #|d| > kq s0, #elements to refer)``.
+
+    No reduction but integer counts, so the loop vectorises (the divisions four at a time);
+    each value is computed by the operations of :func:`_op_kernel`, in its order. An
+    element is referred (to :func:`_op_kernel`) where ``d``, ``e``, ``b`` or a scale is not
+    finite, and, by ``mchk``, where the magnitude is not a finite value ``>= 0`` (1, 2)
+    or is below ``|e| (1 - 1e-6)`` (2).
+    """
+    nb = 0
+    nexc = 0
+    refer = 0
+    for k in range(cnt):
+        ev = e[k]
+        ae = abs(ev)
+        mv = ae
+        mflag = False
+        if use_m:
+            mr = m[k]
+            mv = abs(mr)
+            if mchk > 0:
+                mflag = not (np.isfinite(mr) and mr >= 0.0)
+                if mchk > 1:
+                    mflag = mflag or mr < ae * (1.0 - 1e-6)
+        base = A * ae + B * mv
+        s0 = base + D
+        s1 = (base + C * mv) + D
+        d = av[k] - ev
+        b = av[k] - _round_ref_select(ev, rp, remin, rmax, qinv, qs)
+        sg = np.float64(ev > 0.0) - np.float64(ev < 0.0)
+        z0 = d / s0
+        z1 = d / s1
+        x0 = b / s0
+        x1 = b / s1
+        buf[0, k] = abs(z0)
+        buf[1, k] = z0 * z0
+        buf[2, k] = x0
+        buf[3, k] = sg * x0
+        buf[4, k] = abs(z1)
+        buf[5, k] = z1 * z1
+        buf[6, k] = x1
+        buf[7, k] = sg * x1
+        if rows:
+            buf[8, k] = b
+            buf[9, k] = s0 * s0
+            buf[10, k] = s1 * s1
+        nb += b != 0.0
+        nexc += abs(d) > kq * s0
+        fin = np.isfinite(d) & np.isfinite(ev) & np.isfinite(b) & np.isfinite(s0) & np.isfinite(s1)
+        refer += (not fin) | mflag
+    return nb, nexc, refer
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _op_check_kernel(a: np.ndarray, lut: np.ndarray, use_lut: bool, e: np.ndarray, m: np.ndarray, use_m: bool,
+                     rp: int, remin: int, rmax: float, qinv: float, qs: float, A: float, B: float, C: float,
+                     D: float, rowlen: int, use_rows: bool, kq: float, mchk: int, dec16: bool, shift: int,
+                     scale: float, special: int) -> tuple[np.ndarray, np.ndarray]:
+    """What an operator-form check reads of :func:`_op_kernel`, the same numbers bit for
+    bit, in blocks: the element-wise values of a block in a vectorised loop
+    (:func:`_op_check_block`), then its sums and maxima, element by element in the order
+    of :func:`_op_kernel` (sequential sums, as recorded).
+
+    Arguments as :func:`_op_kernel` (``rowlen`` with ``use_rows``: rows of that length, the
+    row statistics; without, none), ``qinv`` and ``qs`` those of :func:`_round_ref_select`,
+    ``mchk`` the magnitude tests (:func:`_op_check_block`); with ``dec16``, ``a`` holds the
+    bit patterns of a float16 or bfloat16 output, decoded by :func:`_decode16` with
+    ``shift, scale, special`` (the same values as ``lut``'s but for a NaN's payload: a NaN
+    output is referred anyway). Returns ``(stats[2, 9],
+    info[4])``: the statistics of :func:`_op_kernel` but column 2 (sum ``|z|``) and 4
+    (count ``|z| > k``), which are NaN, as are columns 5-7 without ``use_rows``; ``info``:
+    0 or 1 (an element to refer: the pair needs :func:`_op_kernel`, and no other number
+    of the result is meaningful), the first index of the largest ``|d| / s0``, the count
+    of ``|d| > kq s0``, the count of ``b != 0``.
+    """
+    n = e.size
+    blk = _CHECK_BLOCK
+    buf = np.empty((11, blk))
+    avb = np.empty(blk)
+    mx0 = s20 = sz0 = ssz0 = rs20 = rd0 = rss0 = 0.0
+    mx1 = s21 = sz1 = ssz1 = rs21 = rd1 = rss1 = 0.0
+    rmax0 = rmax1 = -1.0
+    rsum0 = rsum1 = bmax0 = bmax1 = 0.0
+    arg = 0
+    nexc = 0
+    nb = 0
+    info = np.zeros(4, np.int64)
+    nrows = n // rowlen if use_rows else 0
+    row = 0
+    row_end = rowlen if nrows > 0 else n + 1  # past the last full row: never reached
+    lo = 0
+    while lo < n:
+        hi = min(lo + blk, n)
+        cnt = hi - lo
+        ab = a[lo:hi]
+        if dec16:  # the decoding apart: table loads would keep the block's loop from vectorising
+            for k in range(cnt):
+                avb[k] = _decode16(ab[k], shift, scale, special)
+        elif use_lut:
+            for k in range(cnt):
+                avb[k] = lut[np.intp(ab[k])]
+        else:
+            for k in range(cnt):
+                avb[k] = np.float64(ab[k])
+        if use_rows:
+            c_nb, c_exc, refer = _op_check_block(avb, e[lo:hi], m[lo:hi], use_m, buf, cnt, True, rp, remin, rmax,
+                                                 qinv, qs, A, B, C, D, kq, mchk)
+        else:
+            c_nb, c_exc, refer = _op_check_block(avb, e[lo:hi], m[lo:hi], use_m, buf, cnt, False, rp, remin, rmax,
+                                                 qinv, qs, A, B, C, D, kq, mchk)
+        if refer:
+            info[0] = 1
+            return np.full((2, 9), np.nan), info
+        nb += c_nb
+        nexc += c_exc
+        if not use_rows:
+            for k in range(cnt):
+                az = buf[0, k]
+                if az > mx0:  # the first largest: the worst element
+                    mx0 = az
+                    arg = lo + k
+                s20 += buf[1, k]
+                sz0 += buf[2, k]
+                ssz0 += buf[3, k]
+                az = buf[4, k]
+                if az > mx1:
+                    mx1 = az
+                s21 += buf[5, k]
+                sz1 += buf[6, k]
+                ssz1 += buf[7, k]
+        else:
+            i = lo
+            while i < hi:
+                stop = hi if hi < row_end else row_end
+                for k in range(i - lo, stop - lo):
+                    az = buf[0, k]
+                    if az > mx0:
+                        mx0 = az
+                        arg = lo + k
+                    s20 += buf[1, k]
+                    sz0 += buf[2, k]
+                    ssz0 += buf[3, k]
+                    rs20 += buf[1, k]
+                    rd0 += buf[8, k]
+                    rss0 += buf[9, k]
+                    az = buf[4, k]
+                    if az > mx1:
+                        mx1 = az
+                    s21 += buf[5, k]
+                    sz1 += buf[6, k]
+                    ssz1 += buf[7, k]
+                    rs21 += buf[5, k]
+                    rd1 += buf[8, k]
+                    rss1 += buf[10, k]
+                i = stop
+                if i == row_end:
+                    rmax0, rsum0, bmax0 = _op_row(rs20, rd0, rss0, rowlen, rmax0, rsum0, bmax0)
+                    rmax1, rsum1, bmax1 = _op_row(rs21, rd1, rss1, rowlen, rmax1, rsum1, bmax1)
+                    rs20 = rd0 = rss0 = rs21 = rd1 = rss1 = 0.0
+                    row += 1
+                    row_end = (row + 1) * rowlen if row < nrows else n + 1
+        lo = hi
+    out = np.full((2, 9), np.nan)
+    out[0, 0], out[0, 1], out[0, 3], out[0, 8] = mx0, s20, sz0, ssz0
+    out[1, 0], out[1, 1], out[1, 3], out[1, 8] = mx1, s21, sz1, ssz1
+    if use_rows:
+        out[0, 5], out[0, 6], out[0, 7] = rmax0, rsum0, bmax0
+        out[1, 5], out[1, 6], out[1, 7] = rmax1, rsum1, bmax1
+    info[1], info[2], info[3] = arg, nexc, nb
+    return out, info
+
+
 #: ``(p, emin, max)`` of :func:`_round_ref` per output format
 _ROUND: dict[str, tuple[int, int, float]] = {}
 
@@ -765,10 +1005,60 @@ def op_statistics(actual: np.ndarray, expected: np.ndarray, magnitude: np.ndarra
     a = np.ravel(actual)
     e = np.ravel(expected)
     m = e if magnitude is None else np.ravel(magnitude)
+    d16 = _DECODE16.get(a.dtype.name)
     a, lut, use_lut = _kernel_output(a)
+    shift, scale, special = d16 or (0, 1.0, 0)
     rp, remin, rmax = round_params(dtype)
     rl = int(rowlen) if rowlen else max(1, e.size)
     A, B, C, D = (float(c) for c in coef)
     st, bad, info = _op_kernel(a, lut, use_lut, e, m, magnitude is not None, rp, remin, rmax, A, B, C, D,
                                float(frac_k), rl, float(kq))
     return OpPass(st, bad, int(info[0]), int(info[1]), int(info[2]), int(info[3]), int(info[4]), int(info[5]))
+
+
+#: the columns of :attr:`OpPass.stats` :func:`op_check_statistics` computes: the statistics of
+#: :data:`tolstat.measure.noise.SCORE_CORE` (max, sum ``z^2``, sum ``x``, row statistics, sum
+#: ``sign(e) x``); the mean ``|z|`` and the count ``|z| > k`` (columns 2 and 4) are NaN
+OP_CHECK_COLUMNS = (0, 1, 3, 5, 6, 7, 8)
+_NO_REFERRAL = np.zeros(2, dtype=np.bool_)
+
+
+def op_check_statistics(actual: np.ndarray, expected: np.ndarray, magnitude: np.ndarray | None, *,
+                        coef: tuple[float, float, float, float], rowlen: int | None, dtype: object, kq: float,
+                        magnitude_checks: int = 0) -> OpPass | None:
+    """:func:`op_statistics` for a check: the same numbers, bit for bit, but the
+    statistics no combined score holds (NaN, see :data:`OP_CHECK_COLUMNS`), in blocks whose
+    element-wise part vectorises (:func:`_op_check_kernel`); None where the pair needs
+    :func:`op_statistics` (a non-finite difference, reference or scale, or a magnitude
+    :func:`op_statistics` reports).
+
+    Parameters
+    ----------
+    actual, expected, magnitude, coef, rowlen, dtype, kq
+        As in :func:`op_statistics` (``frac_k`` does not enter).
+    magnitude_checks : {0, 1, 2}
+        The magnitude's tests a result must pass (else None): 0 none, 1 a finite value
+        ``>= 0`` wherever the reference is finite (``OpPass.bad_magnitude``), 2 also
+        ``>= |expected| (1 - 1e-6)`` (``OpPass.low_magnitude``).
+
+    Returns
+    -------
+    OpPass or None
+        ``nonfinite``, ``bad_magnitude`` and ``low_magnitude`` are -1 and ``bad`` False.
+    """
+    a = np.ravel(actual)
+    e = np.ravel(expected)
+    m = e if magnitude is None else np.ravel(magnitude)
+    d16 = _DECODE16.get(a.dtype.name)
+    a, lut, use_lut = _kernel_output(a)
+    shift, scale, special = d16 or (0, 1.0, 0)
+    rp, remin, rmax = round_params(dtype)
+    qs = math.ldexp(1.0, remin - rp) if rp > 0 else 1.0
+    A, B, C, D = (float(c) for c in coef)
+    rl = int(rowlen) if rowlen else max(1, e.size)
+    st, info = _op_check_kernel(a, lut, use_lut, e, m, magnitude is not None, rp, remin, rmax, 1.0 / qs, qs,
+                                A, B, C, D, rl, bool(rowlen), float(kq), int(magnitude_checks), d16 is not None,
+                                shift, scale, special)
+    if info[0]:
+        return None
+    return OpPass(st, _NO_REFERRAL.copy(), int(info[1]), int(info[2]), int(info[3]), -1, -1, -1)
