@@ -95,3 +95,38 @@ def test_bad_arguments_still_raise_the_numpy_errors():
         noise.record_statistics(a, e, dtype="float16", magnitude=np.ones(7))
     assert noise._record_fused(np.zeros(0), np.zeros(0), dtype="float16", magnitude=None, K=1.0,
                                acc_dtype="float32", row_axis=-1, rowwise=False, op=None) is None
+
+
+def test_invariant_scales_of_both_shapes_equal_noise_scale_bit_for_bit():
+    """The invariants' scales (one numba pass for both noise shapes) are noise_scale's values
+    with 1.0 where the pair or the scale is not finite, and the same finite mask: outputs
+    with infinities, magnitudes full-size, broadcast per row, scalar, absent or with a NaN."""
+    from tolstat.measure import noise as N
+
+    rng = np.random.default_rng(5)
+    for t in range(240):
+        shape = [(37,), (5, 64), (3, 4, 9), (1, 1)][t % 4]
+        e = rng.standard_normal(shape) * 10.0 ** rng.integers(-8, 8, shape)
+        with np.errstate(over="ignore"):
+            a = (e + rng.standard_normal(shape) * 1e-3 * np.abs(e)).astype(np.float16)
+        mag = None
+        if t % 3 == 1:
+            mag = np.abs(e) * rng.uniform(1, 5, shape)
+        if t % 3 == 2:
+            mag = np.abs(e)[..., :1] * 3 if len(shape) > 1 else np.float64(2.0)
+        if t % 7 == 0:
+            a = a.astype(np.float64)
+            a.flat[0] = np.inf
+        if t % 11 == 0 and mag is not None and np.ndim(mag) > 0:
+            mag = np.array(mag, dtype=float)
+            mag.flat[0] = np.nan
+        K = float(rng.choice([1, 16, 4096]))
+        got = N._invariant_scales(a, e, mag, dtype="bfloat16" if t % 2 else "float16", K=K, acc_dtype="float32")
+        for j, sh in enumerate((N.PLAIN_SHAPE, N.MID_SHAPE)):
+            s = N.noise_scale(e, dtype="bfloat16" if t % 2 else "float16", magnitude=mag, K=K, shape=sh)
+            a64 = np.asarray(a, dtype=np.float64)
+            with np.errstate(invalid="ignore", over="ignore"):
+                fin = np.isfinite(a64 - e) & np.isfinite(s)
+            np.testing.assert_array_equal(got[j][1].view(np.int64), np.where(fin, s, 1.0).view(np.int64))
+            np.testing.assert_array_equal(got[j][2], fin)
+            np.testing.assert_array_equal(got[j][0], a64)

@@ -470,6 +470,7 @@ def statistics_of_pass(res: Any, actual: np.ndarray, expected: np.ndarray, magni
     inv = invariants(op)
     n = a.size
     out: dict[str, float] = {}
+    scales = None  # the invariants' scales of both shapes, made when a shape first needs them
     for j, suffix in ((0, ""), (1, MID_SUFFIX)):
         if bad[j]:
             out.update({nm + suffix: math.inf for nm in names})
@@ -484,15 +485,54 @@ def statistics_of_pass(res: Any, actual: np.ndarray, expected: np.ndarray, magni
         else:
             vals.update(op_row_rms_max=math.nan, op_row_rms_mean=math.nan, op_row_bias_max=math.nan)
         if inv:
-            a = np.asarray(a, dtype=np.float64)
-            s = noise_scale(e, dtype=dtype, magnitude=magnitude, K=K, acc_dtype=acc_dtype,
-                            shape=MID_SHAPE if j else PLAIN_SHAPE)
-            with np.errstate(invalid="ignore", over="ignore"):
-                finite = np.isfinite(a - e) & np.isfinite(s)
-            if not finite.all():
-                s = np.where(finite, s, 1.0)
-            vals.update(invariant_values(a, e, s, finite, row_axis, inv, op))
+            if scales is None:
+                scales = _invariant_scales(a, e, magnitude, dtype=dtype, K=K, acc_dtype=acc_dtype)
+            a64, s, finite = scales[j]
+            vals.update(invariant_values(a64, e, s, finite, row_axis, inv, op))
         out.update({nm + suffix: vals[nm] for nm in names})
+    return out
+
+
+def _invariant_scales(actual: np.ndarray, expected: np.ndarray, magnitude: Any, *, dtype: Any, K: float,
+                      acc_dtype: Any) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per noise shape (plain, then intermediate-store), what the invariants read:
+    ``(actual as float64, s, finite)`` with ``s`` the :func:`noise_scale` of that shape, 1.0
+    where ``finite = isfinite(actual - expected) & isfinite(s)`` is False.
+
+    Both shapes in one numba pass (:func:`tolstat.measure.scale_kernels.invariant_scales`:
+    the operations of :func:`noise_scale`, in its order) where the two shapes differ only by
+    the intermediate-store term and the arrays are float64 of one shape (magnitudes
+    broadcast to it); :func:`noise_scale` per shape otherwise."""
+    a = np.asarray(actual, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    m = None if magnitude is None else _f64(magnitude, "magnitude")
+    try:
+        fits = m is None or np.broadcast_shapes(m.shape, e.shape) == e.shape
+    except ValueError:  # noise_scale raises its own error
+        fits = False
+    same = (MID_SHAPE.c_out == PLAIN_SHAPE.c_out and MID_SHAPE.c_acc == PLAIN_SHAPE.c_acc and not PLAIN_SHAPE.c_mid)
+    if same and fits and a.shape == e.shape:
+        from tolstat.measure.scale_kernels import invariant_scales
+
+        td = target_dtype(dtype)
+        u_out, u_acc = unit_roundoff(td.name), unit_roundoff(acc_dtype)
+        K = _check_pos("K", K)
+        coefs = [(sh.c_out * u_out, sh.c_acc * u_acc * math.sqrt(K), sh.c_mid * u_out / math.sqrt(max(K, 1.0)),
+                  u_out * td.tiny) for sh in (PLAIN_SHAPE, MID_SHAPE)]
+        af, ef = np.ascontiguousarray(a).ravel(), np.ascontiguousarray(e).ravel()
+        mf = ef if m is None else np.ascontiguousarray(np.broadcast_to(m, e.shape)).ravel()
+        s0, s1 = np.empty(e.size), np.empty(e.size)
+        ok0, ok1 = np.empty(e.size, dtype=bool), np.empty(e.size, dtype=bool)
+        invariant_scales(af, ef, mf, m is not None, coefs[0], coefs[1], s0, s1, ok0, ok1)
+        return [(a, s0.reshape(e.shape), ok0.reshape(e.shape)), (a, s1.reshape(e.shape), ok1.reshape(e.shape))]
+    out = []
+    for sh in (PLAIN_SHAPE, MID_SHAPE):
+        s = noise_scale(e, dtype=dtype, magnitude=magnitude, K=K, acc_dtype=acc_dtype, shape=sh)
+        with np.errstate(invalid="ignore", over="ignore"):
+            finite = np.isfinite(a - e) & np.isfinite(s)
+        if not finite.all():
+            s = np.where(finite, s, 1.0)
+        out.append((a, s, finite))
     return out
 
 
