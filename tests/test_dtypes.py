@@ -116,3 +116,40 @@ def test_bfloat16_kernel_gives_the_one_roundings_bits_everywhere():
         assert round_to_format(shaped, "bfloat16").shape == (4, 300)
         if dtypes._cast_rounds_once(td):
             np.testing.assert_array_equal(got, xs.astype(ml_dtypes.bfloat16).view(np.uint16))
+
+
+def test_float16_store_and_widen_give_numpys_casts_bit_for_bit():
+    """store_float16 and widen_float16 (numba kernels from 256 elements on) against numpy's
+    casts: float32 patterns of every exponent, float64 values off the float32 grid, every
+    midpoint between float16 neighbours and the numbers next to it, the overflow edge,
+    subnormals, signed zeros, infinities; an array with a NaN takes numpy's cast (its
+    payload); widening: every float16 pattern, NaN payloads included."""
+    from tolstat._base.dtypes import store_float16, widen_float16
+
+    rng = np.random.default_rng(21)
+    patterns = np.arange(65536, dtype=np.uint16).view(np.float16)
+    with np.errstate(invalid="ignore"):
+        grid = np.unique(patterns.astype(np.float64)[np.isfinite(patterns)])
+    mid = (grid[:-1] + grid[1:]) / 2
+    edges = np.array([65504.0, 65520.0, np.nextafter(65520.0, 0), 65519.99, 2.0 ** -24, 2.0 ** -25,
+                      np.nextafter(2.0 ** -25, 1.0), 3 * 2.0 ** -26, 0.0, -0.0, np.inf, -np.inf, 1e300, 5e-324])
+    x32 = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    x32 = x32[~np.isnan(x32)]
+    f32s = np.concatenate([x32, mid.astype(np.float32), np.nextafter(mid.astype(np.float32), np.float32(np.inf)),
+                           np.nextafter(mid.astype(np.float32), np.float32(-np.inf)), edges.astype(np.float32)])
+    f64s = np.concatenate([mid, np.nextafter(mid, np.inf), np.nextafter(mid, -np.inf), edges,
+                           x32.astype(np.float64) * (1 + 2.0 ** -40)])
+    with np.errstate(over="ignore", invalid="ignore"):
+        for xs in (f32s, -f32s, f64s, -f64s, f64s.reshape(-1, 2)[: 1000]):
+            np.testing.assert_array_equal(store_float16(xs).view(np.uint16), xs.astype(np.float16).view(np.uint16))
+        with_nan = f32s[:1000].copy()
+        with_nan[7] = np.float32(np.nan)
+        with_nan[9] = -np.abs(np.float32(np.nan))
+        np.testing.assert_array_equal(store_float16(with_nan).view(np.uint16),
+                                      with_nan.astype(np.float16).view(np.uint16))
+        assert round_to_format(f64s, "float16").view(np.uint16).tolist() == f64s.astype(np.float16).view(np.uint16).tolist()
+        for dt in (np.float32, np.float64):
+            got = widen_float16(patterns, dt)
+            np.testing.assert_array_equal(got.view(np.uint32 if dt == np.float32 else np.uint64),
+                                          patterns.astype(dt).view(np.uint32 if dt == np.float32 else np.uint64))
+            assert widen_float16(patterns.reshape(256, 256), dt).shape == (256, 256)

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Mapping
 import ml_dtypes
 import numpy as np
 
-from tolstat._base.dtypes import round_to_format
+from tolstat._base.dtypes import round_to_format, store_float16, widen_float16
 
 __all__ = [
     "DTYPES",
@@ -136,7 +136,8 @@ def cast(x: np.ndarray, dtype: str | np.dtype) -> np.ndarray:
 
 def store(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """Store a float32 value to memory in ``dtype``: round to nearest even."""
-    return np.asarray(x, dtype=F32).astype(dtype)
+    x = np.asarray(x, dtype=F32)
+    return store_float16(x) if np.dtype(dtype) == np.float16 else x.astype(dtype)
 
 
 def store_trunc(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -530,4 +531,5 @@ def pad_cols(x32: np.ndarray, block: int, fill: float) -> np.ndarray:
 
 def f32(x: np.ndarray) -> np.ndarray:
     """Load: widen a stored array to float32 (exact)."""
-    return np.asarray(x).astype(F32)
+    x = np.asarray(x)
+    return widen_float16(x, F32) if x.dtype == np.float16 else x.astype(F32)
