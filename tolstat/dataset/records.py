@@ -486,10 +486,43 @@ def _front_kernel(d: np.ndarray, r_in: np.ndarray) -> np.ndarray:  # pragma: no 
             cand[nc] = i
             nc += 1
     cand = cand[:nc]
-    rc = np.empty(nc)
-    for t in range(nc):
-        rc[t] = r[cand[t]]
-    order = cand[np.argsort(rc)]
+    if nc <= 256:
+        rc = np.empty(nc)
+        for t in range(nc):
+            rc[t] = r[cand[t]]
+        order = cand[np.argsort(rc)]
+    else:  # a long front: the candidates by bucket (buckets are ordered like r), each bucket sorted
+        start = np.zeros(nb + 1, dtype=np.int64)
+        for t in range(nc):
+            start[bucket[cand[t]] + 1] += 1
+        for bb in range(nb):
+            start[bb + 1] += start[bb]
+        fill = start[:nb].copy()
+        order = np.empty(nc, dtype=np.int64)
+        for t in range(nc):
+            bb = bucket[cand[t]]
+            order[fill[bb]] = cand[t]
+            fill[bb] += 1
+        for bb in range(nb):
+            lo = start[bb]
+            hi = start[bb + 1]
+            if hi - lo > 16:
+                seg = order[lo:hi].copy()
+                rs = np.empty(hi - lo)
+                for t in range(hi - lo):
+                    rs[t] = r[seg[t]]
+                srt = np.argsort(rs)
+                for t in range(hi - lo):
+                    order[lo + t] = seg[srt[t]]
+            else:  # insertion sort by r
+                for t in range(lo + 1, hi):
+                    k = order[t]
+                    rk = r[k]
+                    u = t - 1
+                    while u >= lo and r[order[u]] > rk:
+                        order[u + 1] = order[u]
+                        u -= 1
+                    order[u + 1] = k
     keep = np.empty(nc, dtype=np.int64)
     m = 0
     prev = -np.inf
