@@ -27,6 +27,7 @@ import numpy as np
 import xarray as xr
 
 from tolstat.models.scale import ScaleModel, run_scores
+from tolstat.models.statistics import get as get_statistic
 from tolstat.calibration.decision import entry_run_values, ratio
 from tolstat._base.util import ANY
 from tolstat.calibration.options import SelectOptions
@@ -523,13 +524,16 @@ class GpucheckRule(StaticRule):
             k = (np.asarray(ds[self.k_covariate].values, dtype=np.float64) if self.k_covariate in ds.variables
                  else np.full(dts.size, np.nan))
             scale = np.where(k > 1, np.sqrt(np.where(k > 1, k, 1.0) / 128.0), 1.0)  # NaN K: no k_dim
+            # the score's own variables only: one cut per scale then copies no other
+            reads = (*get_statistic("max_score").needs, "dtype")
+            base = ds[[v for v in reads if v in ds.data_vars]]
             for dt in np.unique(dts):
                 if dt not in self.tolerances:
                     continue
                 r, a = self.tolerances[dt]
                 for s in np.unique(scale[dts == dt]):
                     idx = np.flatnonzero((dts == dt) & (scale == s))
-                    sub = ds.isel(run=idx) if idx.size != dts.size else ds
+                    sub = base.isel(run=idx) if idx.size != dts.size else base
                     out[idx] = run_scores(sub, ScaleModel("allclose", atol=a * float(s), rtol=r)).scores
             return out
 
