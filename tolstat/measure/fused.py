@@ -20,7 +20,9 @@ output is made:
   :func:`tolstat.measure.noise.record_statistics` (sequential sums, as recorded), with the
   reference rounded to the output format inside the pass (:func:`_round_ref`, on the float64
   bits) and, in the same pass, what an operator-form check needs (the worst element, the
-  exceedance count, whether the output is correctly rounded, the magnitude's checks);
+  exceedance count, whether the output is correctly rounded, the magnitude's checks); a
+  pair without a non-finite value or scale takes the blocked kernel below with every
+  column (the same numbers bit for bit), any other :func:`_op_kernel`, the reference;
 * :func:`op_check_statistics`: what an operator-form check reads of :func:`op_statistics`
   (the statistics a combined score can hold, the worst element, the counts), the same
   numbers bit for bit, in blocks whose element-wise part vectorises (its divisions several
@@ -752,44 +754,54 @@ def _decode16(h: int, shift: int, scale: float, special: int) -> float:
 
 #: ``(shift, scale, special)`` of :func:`_decode16` by output dtype name
 _DECODE16 = {"float16": (42, 2.0 ** 1008, 0x7C00), "bfloat16": (45, 2.0 ** 896, 0x7F80)}
+#: ``(dec16, shift, scale, special)`` of :func:`_blocked_output` by the output's dtype
+_D16_OF: dict[object, tuple[bool, int, float, int]] = {}
 
 
-#: elements per block of :func:`_op_check_kernel` (its buffers, 11 rows of this many
+#: elements per block of :func:`_op_blocked_kernel` (its buffers, 11 rows of this many
 #: float64, stay in the L1 cache)
 _CHECK_BLOCK = 256
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _op_check_block(av: np.ndarray, e: np.ndarray, m: np.ndarray, use_m: bool, buf: np.ndarray, cnt: int,
-                    rows: bool, rp: int, remin: int, rmax: float, qinv: float, qs: float, A: float, B: float,
-                    C: float, D: float, kq: float, mchk: int) -> tuple[int, int, int]:
-    """The element-wise part of :func:`_op_check_kernel` on one block of ``cnt`` elements
+def _op_block(av: np.ndarray, e: np.ndarray, m: np.ndarray, use_m: bool, buf: np.ndarray, cnt: int, rows: bool,
+              full: bool, rp: int, remin: int, rmax: float, qinv: float, qs: float, A: float, B: float, C: float,
+              D: float, kq: float, frac_k: float, mchk: int) -> tuple[int, int, int, int, int, int, int]:
+    """The element-wise part of :func:`_op_blocked_kernel` on one block of ``cnt`` elements
     (``av``: the output as float64, ``e`` and ``m`` the block's reference and magnitude):
     ``buf`` rows 0-7 get ``|z|``, ``z^2``, ``x`` and ``sign(e) x`` of each noise shape
     (``z = d / s``, ``x = b / s``), with ``rows`` rows 8-10 get ``b``, ``s0^2`` and
-    ``s1^2``; returns ``(#b != 0, #|d| > kq s0, #elements to refer)``.
+    ``s1^2``; returns ``(#b != 0, #|d| > kq s0, #elements to refer, #|z0| > frac_k,
+    #|z1| > frac_k, #bad magnitudes, #low magnitudes)``, the last four counted with
+    ``full`` only (0 without).
 
     No reduction but integer counts, so the loop vectorises (the divisions four at a time);
     each value is computed by the operations of :func:`_op_kernel`, in its order. An
     element is referred (to :func:`_op_kernel`) where ``d``, ``e``, ``b`` or a scale is not
-    finite, and, by ``mchk``, where the magnitude is not a finite value ``>= 0`` (1, 2)
-    or is below ``|e| (1 - 1e-6)`` (2).
+    finite or ``d / s0`` is NaN (``0 / 0``: :func:`_op_kernel`'s worst element skips it),
+    and, without ``full``, by ``mchk``, where the magnitude is not a finite value ``>= 0``
+    (1, 2) or is below ``|e| (1 - 1e-6)`` (2); with ``full`` those two tests are counted
+    (:func:`_op_kernel` reports their first index), not referred.
     """
     nb = 0
     nexc = 0
     refer = 0
+    nk0 = 0
+    nk1 = 0
+    nbad = 0
+    nlow = 0
     for k in range(cnt):
         ev = e[k]
         ae = abs(ev)
         mv = ae
-        mflag = False
+        mbad = False
+        mlow = False
         if use_m:
             mr = m[k]
             mv = abs(mr)
-            if mchk > 0:
-                mflag = not (np.isfinite(mr) and mr >= 0.0)
-                if mchk > 1:
-                    mflag = mflag or mr < ae * (1.0 - 1e-6)
+            if full or mchk > 0:
+                mbad = not (np.isfinite(mr) and mr >= 0.0)
+                mlow = mr < ae * (1.0 - 1e-6)
         base = A * ae + B * mv
         s0 = base + D
         s1 = (base + C * mv) + D
@@ -800,11 +812,13 @@ def _op_check_block(av: np.ndarray, e: np.ndarray, m: np.ndarray, use_m: bool, b
         z1 = d / s1
         x0 = b / s0
         x1 = b / s1
-        buf[0, k] = abs(z0)
+        az0 = abs(z0)
+        az1 = abs(z1)
+        buf[0, k] = az0
         buf[1, k] = z0 * z0
         buf[2, k] = x0
         buf[3, k] = sg * x0
-        buf[4, k] = abs(z1)
+        buf[4, k] = az1
         buf[5, k] = z1 * z1
         buf[6, k] = x1
         buf[7, k] = sg * x1
@@ -814,45 +828,60 @@ def _op_check_block(av: np.ndarray, e: np.ndarray, m: np.ndarray, use_m: bool, b
             buf[10, k] = s1 * s1
         nb += b != 0.0
         nexc += abs(d) > kq * s0
-        fin = np.isfinite(d) & np.isfinite(ev) & np.isfinite(b) & np.isfinite(s0) & np.isfinite(s1)
-        refer += (not fin) | mflag
-    return nb, nexc, refer
+        fin = (np.isfinite(d) & np.isfinite(ev) & np.isfinite(b) & np.isfinite(s0) & np.isfinite(s1)
+               & (z0 == z0))
+        if full:
+            nk0 += az0 > frac_k
+            nk1 += az1 > frac_k
+            nbad += mbad
+            nlow += mlow
+            refer += not fin
+        else:
+            refer += (not fin) | (mbad & (mchk > 0)) | (mlow & (mchk > 1))
+    return nb, nexc, refer, nk0, nk1, nbad, nlow
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _op_check_kernel(a: np.ndarray, lut: np.ndarray, use_lut: bool, e: np.ndarray, m: np.ndarray, use_m: bool,
-                     rp: int, remin: int, rmax: float, qinv: float, qs: float, A: float, B: float, C: float,
-                     D: float, rowlen: int, use_rows: bool, kq: float, mchk: int, dec16: bool, shift: int,
-                     scale: float, special: int) -> tuple[np.ndarray, np.ndarray]:
-    """What an operator-form check reads of :func:`_op_kernel`, the same numbers bit for
-    bit, in blocks: the element-wise values of a block in a vectorised loop
-    (:func:`_op_check_block`), then its sums and maxima, element by element in the order
-    of :func:`_op_kernel` (sequential sums, as recorded).
+def _op_blocked_kernel(a: np.ndarray, lut: np.ndarray, use_lut: bool, e: np.ndarray, m: np.ndarray, use_m: bool,
+                       rp: int, remin: int, rmax: float, qinv: float, qs: float, A: float, B: float, C: float,
+                       D: float, rowlen: int, use_rows: bool, kq: float, mchk: int, dec16: bool, shift: int,
+                       scale: float, special: int, full: bool, frac_k: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_op_kernel`'s numbers, bit for bit, in blocks: the element-wise values of a
+    block in a vectorised loop (:func:`_op_block`), then its sums and maxima, element by
+    element in the order of :func:`_op_kernel` (sequential sums, as recorded); for a pair
+    without a non-finite value, scale or ``0 / 0`` (else it refers the pair).
 
     Arguments as :func:`_op_kernel` (``rowlen`` with ``use_rows``: rows of that length, the
     row statistics; without, none), ``qinv`` and ``qs`` those of :func:`_round_ref_select`,
-    ``mchk`` the magnitude tests (:func:`_op_check_block`); with ``dec16``, ``a`` holds the
-    bit patterns of a float16 or bfloat16 output, decoded by :func:`_decode16` with
-    ``shift, scale, special`` (the same values as ``lut``'s but for a NaN's payload: a NaN
-    output is referred anyway). Returns ``(stats[2, 9],
-    info[4])``: the statistics of :func:`_op_kernel` but column 2 (sum ``|z|``) and 4
-    (count ``|z| > k``), which are NaN, as are columns 5-7 without ``use_rows``; ``info``:
-    0 or 1 (an element to refer: the pair needs :func:`_op_kernel`, and no other number
-    of the result is meaningful), the first index of the largest ``|d| / s0``, the count
-    of ``|d| > kq s0``, the count of ``b != 0``.
+    ``mchk`` the magnitude tests (:func:`_op_block`, without ``full``); with ``dec16``, ``a``
+    holds the bit patterns of a float16 or bfloat16 output, decoded by :func:`_decode16`
+    with ``shift, scale, special`` (the same values as ``lut``'s but for a NaN's payload: a
+    NaN output is referred anyway).
+
+    Returns ``(stats[2, 9], info[6])``: with ``full`` (the record's pass), every column of
+    :func:`_op_kernel`; without (a check's pass), NaN in column 2 (sum ``|z|``) and 4
+    (count ``|z| > k``), and in columns 5-7 without ``use_rows``. ``info``: 0 or 1 (an
+    element to refer: the pair needs :func:`_op_kernel`, and no other number of the result
+    is meaningful), the first index of the largest ``|d| / s0``, the count of ``|d| > kq
+    s0``, the count of ``b != 0``, and, with ``full``, :func:`_op_kernel`'s first bad and
+    first low magnitude (-1 without, or none).
     """
     n = e.size
     blk = _CHECK_BLOCK
     buf = np.empty((11, blk))
     avb = np.empty(blk)
-    mx0 = s20 = sz0 = ssz0 = rs20 = rd0 = rss0 = 0.0
-    mx1 = s21 = sz1 = ssz1 = rs21 = rd1 = rss1 = 0.0
+    mx0 = s20 = sa0 = sz0 = ssz0 = rs20 = rd0 = rss0 = 0.0
+    mx1 = s21 = sa1 = sz1 = ssz1 = rs21 = rss1 = 0.0
     rmax0 = rmax1 = -1.0
     rsum0 = rsum1 = bmax0 = bmax1 = 0.0
     arg = 0
     nexc = 0
     nb = 0
-    info = np.zeros(4, np.int64)
+    nk0 = 0
+    nk1 = 0
+    badm = -1
+    lowm = -1
+    info = np.zeros(6, np.int64)
     nrows = n // rowlen if use_rows else 0
     row = 0
     row_end = rowlen if nrows > 0 else n + 1  # past the last full row: never reached
@@ -861,6 +890,8 @@ def _op_check_kernel(a: np.ndarray, lut: np.ndarray, use_lut: bool, e: np.ndarra
         hi = min(lo + blk, n)
         cnt = hi - lo
         ab = a[lo:hi]
+        eb = e[lo:hi]
+        mb = m[lo:hi]
         if dec16:  # the decoding apart: table loads would keep the block's loop from vectorising
             for k in range(cnt):
                 avb[k] = _decode16(ab[k], shift, scale, special)
@@ -870,17 +901,32 @@ def _op_check_kernel(a: np.ndarray, lut: np.ndarray, use_lut: bool, e: np.ndarra
         else:
             for k in range(cnt):
                 avb[k] = np.float64(ab[k])
-        if use_rows:
-            c_nb, c_exc, refer = _op_check_block(avb, e[lo:hi], m[lo:hi], use_m, buf, cnt, True, rp, remin, rmax,
-                                                 qinv, qs, A, B, C, D, kq, mchk)
+        # one call per combination of the flags: each loop compiled without their branches
+        if full:
+            c = _op_block(avb, eb, mb, use_m, buf, cnt, True, True, rp, remin, rmax, qinv, qs, A, B, C, D, kq,
+                          frac_k, 0)
+        elif use_rows:
+            c = _op_block(avb, eb, mb, use_m, buf, cnt, True, False, rp, remin, rmax, qinv, qs, A, B, C, D, kq,
+                          frac_k, mchk)
         else:
-            c_nb, c_exc, refer = _op_check_block(avb, e[lo:hi], m[lo:hi], use_m, buf, cnt, False, rp, remin, rmax,
-                                                 qinv, qs, A, B, C, D, kq, mchk)
+            c = _op_block(avb, eb, mb, use_m, buf, cnt, False, False, rp, remin, rmax, qinv, qs, A, B, C, D, kq,
+                          frac_k, mchk)
+        c_nb, c_exc, refer, c_k0, c_k1, c_bad, c_low = c
         if refer:
             info[0] = 1
+            info[4] = info[5] = -1
             return np.full((2, 9), np.nan), info
         nb += c_nb
         nexc += c_exc
+        nk0 += c_k0
+        nk1 += c_k1
+        if (c_bad > 0 and badm < 0) or (c_low > 0 and lowm < 0):  # their first index, as _op_kernel
+            for k in range(cnt):
+                mr = mb[k]
+                if badm < 0 and not (np.isfinite(mr) and mr >= 0.0):
+                    badm = lo + k
+                if lowm < 0 and mr < abs(eb[k]) * (1.0 - 1e-6):
+                    lowm = lo + k
         if not use_rows:
             for k in range(cnt):
                 az = buf[0, k]
@@ -905,26 +951,29 @@ def _op_check_kernel(a: np.ndarray, lut: np.ndarray, use_lut: bool, e: np.ndarra
                     if az > mx0:
                         mx0 = az
                         arg = lo + k
+                    if full:
+                        sa0 += az
                     s20 += buf[1, k]
                     sz0 += buf[2, k]
                     ssz0 += buf[3, k]
                     rs20 += buf[1, k]
-                    rd0 += buf[8, k]
+                    rd0 += buf[8, k]  # the row's sum of b: the same for both shapes
                     rss0 += buf[9, k]
                     az = buf[4, k]
                     if az > mx1:
                         mx1 = az
+                    if full:
+                        sa1 += az
                     s21 += buf[5, k]
                     sz1 += buf[6, k]
                     ssz1 += buf[7, k]
                     rs21 += buf[5, k]
-                    rd1 += buf[8, k]
                     rss1 += buf[10, k]
                 i = stop
                 if i == row_end:
                     rmax0, rsum0, bmax0 = _op_row(rs20, rd0, rss0, rowlen, rmax0, rsum0, bmax0)
-                    rmax1, rsum1, bmax1 = _op_row(rs21, rd1, rss1, rowlen, rmax1, rsum1, bmax1)
-                    rs20 = rd0 = rss0 = rs21 = rd1 = rss1 = 0.0
+                    rmax1, rsum1, bmax1 = _op_row(rs21, rd0, rss1, rowlen, rmax1, rsum1, bmax1)
+                    rs20 = rd0 = rss0 = rs21 = rss1 = 0.0
                     row += 1
                     row_end = (row + 1) * rowlen if row < nrows else n + 1
         lo = hi
@@ -934,7 +983,10 @@ def _op_check_kernel(a: np.ndarray, lut: np.ndarray, use_lut: bool, e: np.ndarra
     if use_rows:
         out[0, 5], out[0, 6], out[0, 7] = rmax0, rsum0, bmax0
         out[1, 5], out[1, 6], out[1, 7] = rmax1, rsum1, bmax1
-    info[1], info[2], info[3] = arg, nexc, nb
+    if full:
+        out[0, 2], out[0, 4] = sa0, np.float64(nk0)
+        out[1, 2], out[1, 4] = sa1, np.float64(nk1)
+    info[1], info[2], info[3], info[4], info[5] = arg, nexc, nb, badm, lowm
     return out, info
 
 
@@ -956,6 +1008,9 @@ def round_params(dtype: object) -> tuple[int, int, float]:
             got = (int(fi.nmant) + 1, int(np.log2(td.tiny)) + 1, float(td.max))
         _ROUND[td.name] = got
     return got
+
+
+_NO_REFERRAL = np.zeros(2, dtype=np.bool_)
 
 
 class OpPass(NamedTuple):
@@ -1001,24 +1056,46 @@ def op_statistics(actual: np.ndarray, expected: np.ndarray, magnitude: np.ndarra
     ``expected`` (float64) and ``magnitude`` (float64, not yet made absolute) have one shape
     with rows along the last axis; ``dtype`` is the output format whose rounding of the
     reference the bias sums use; ``kq`` the threshold of the exceedance count.
+
+    A pair without a non-finite value or scale takes :func:`_op_blocked_kernel` (``full``:
+    every number of :func:`_op_kernel`, bit for bit, its element-wise part vectorised); one
+    it refers, :func:`_op_kernel`.
     """
     a = np.ravel(actual)
     e = np.ravel(expected)
     m = e if magnitude is None else np.ravel(magnitude)
-    a, lut, use_lut = _kernel_output(a)
+    a, lut, use_lut, dec16, shift, scale, special = _blocked_output(a)
     rp, remin, rmax = round_params(dtype)
     rl = int(rowlen) if rowlen else max(1, e.size)
     A, B, C, D = (float(c) for c in coef)
-    st, bad, info = _op_kernel(a, lut, use_lut, e, m, magnitude is not None, rp, remin, rmax, A, B, C, D,
-                               float(frac_k), rl, float(kq))
+    use_m = magnitude is not None
+    qs = math.ldexp(1.0, remin - rp) if rp > 0 else 1.0
+    st, info = _op_blocked_kernel(a, lut, use_lut, e, m, use_m, rp, remin, rmax, 1.0 / qs, qs, A, B, C, D, rl,
+                                  True, float(kq), 0, dec16, shift, scale, special, True, float(frac_k))
+    if not info[0]:
+        return OpPass(st, _NO_REFERRAL.copy(), int(info[1]), int(info[2]), int(info[3]), -1, int(info[4]),
+                      int(info[5]))
+    st, bad, info = _op_kernel(a, lut, use_lut, e, m, use_m, rp, remin, rmax, A, B, C, D, float(frac_k), rl,
+                               float(kq))
     return OpPass(st, bad, int(info[0]), int(info[1]), int(info[2]), int(info[3]), int(info[4]), int(info[5]))
+
+
+def _blocked_output(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool, bool, int, float, int]:
+    """How :func:`_op_blocked_kernel` reads an output: :func:`_kernel_output`'s ``(array,
+    lut, use_lut)`` (what :func:`_op_kernel` reads) and ``(dec16, shift, scale, special)``: a
+    float16 or bfloat16 output is decoded from its bits by :func:`_decode16`, not the table."""
+    d16 = _D16_OF.get(a.dtype)
+    if d16 is None:  # ``dtype.name`` costs microseconds per call: once per dtype
+        got = _DECODE16.get(a.dtype.name)
+        d16 = _D16_OF[a.dtype] = (False, 0, 1.0, 0) if got is None else (True, *got)
+    a, lut, use_lut = _kernel_output(a)
+    return a, lut, use_lut, *d16
 
 
 #: the columns of :attr:`OpPass.stats` :func:`op_check_statistics` computes: the statistics of
 #: :data:`tolstat.measure.noise.SCORE_CORE` (max, sum ``z^2``, sum ``x``, row statistics, sum
 #: ``sign(e) x``); the mean ``|z|`` and the count ``|z| > k`` (columns 2 and 4) are NaN
 OP_CHECK_COLUMNS = (0, 1, 3, 5, 6, 7, 8)
-_NO_REFERRAL = np.zeros(2, dtype=np.bool_)
 
 
 def op_check_statistics(actual: np.ndarray, expected: np.ndarray, magnitude: np.ndarray | None, *,
@@ -1026,7 +1103,7 @@ def op_check_statistics(actual: np.ndarray, expected: np.ndarray, magnitude: np.
                         magnitude_checks: int = 0) -> OpPass | None:
     """:func:`op_statistics` for a check: the same numbers, bit for bit, but the
     statistics no combined score holds (NaN, see :data:`OP_CHECK_COLUMNS`), in blocks whose
-    element-wise part vectorises (:func:`_op_check_kernel`); None where the pair needs
+    element-wise part vectorises (:func:`_op_blocked_kernel`); None where the pair needs
     :func:`op_statistics` (a non-finite difference, reference or scale, or a magnitude
     :func:`op_statistics` reports).
 
@@ -1047,16 +1124,14 @@ def op_check_statistics(actual: np.ndarray, expected: np.ndarray, magnitude: np.
     a = np.ravel(actual)
     e = np.ravel(expected)
     m = e if magnitude is None else np.ravel(magnitude)
-    d16 = _DECODE16.get(a.dtype.name)
-    a, lut, use_lut = _kernel_output(a)
-    shift, scale, special = d16 or (0, 1.0, 0)
+    a, lut, use_lut, dec16, shift, scale, special = _blocked_output(a)
     rp, remin, rmax = round_params(dtype)
     qs = math.ldexp(1.0, remin - rp) if rp > 0 else 1.0
     A, B, C, D = (float(c) for c in coef)
     rl = int(rowlen) if rowlen else max(1, e.size)
-    st, info = _op_check_kernel(a, lut, use_lut, e, m, magnitude is not None, rp, remin, rmax, 1.0 / qs, qs,
-                                A, B, C, D, rl, bool(rowlen), float(kq), int(magnitude_checks), d16 is not None,
-                                shift, scale, special)
+    st, info = _op_blocked_kernel(a, lut, use_lut, e, m, magnitude is not None, rp, remin, rmax, 1.0 / qs, qs,
+                                  A, B, C, D, rl, bool(rowlen), float(kq), int(magnitude_checks), dec16,
+                                  shift, scale, special, False, 1.0)
     if info[0]:
         return None
     return OpPass(st, _NO_REFERRAL.copy(), int(info[1]), int(info[2]), int(info[3]), -1, -1, -1)
