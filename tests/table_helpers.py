@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 from tolstat.calibration.table import ToleranceTable
 
 
@@ -22,3 +25,28 @@ def table(groups, statistic="max_abs", extra=()):
     """A table of ``groups`` with statistics ``[statistic, *extra]``."""
     return ToleranceTable.from_groups(groups, {"fp_budget": 0.01, "confidence": 0.95,
                                                "statistics": [statistic, *extra]})
+
+
+def _same_value(x, y) -> bool:
+    """Equal values; two NaN floats are equal, and a float's zero keeps its sign."""
+    if isinstance(x, float) and isinstance(y, float):
+        return (math.isnan(x) and math.isnan(y)) or (x == y and math.copysign(1, x) == math.copysign(1, y))
+    return x == y
+
+
+def assert_same_result(got, want, *, types: bool = False) -> None:
+    """Two ``CheckResult`` objects field for field (dict fields key by key) and their
+    messages; with ``types``, each field's type too."""
+    dg, dw = dataclasses.asdict(got), dataclasses.asdict(want)
+    assert dg.keys() == dw.keys()
+    for k, v in dw.items():
+        g = dg[k]
+        if isinstance(v, dict):
+            assert g.keys() == v.keys(), k
+            for s in v:
+                assert _same_value(g[s], v[s]), (k, s, g[s], v[s])
+        else:
+            assert _same_value(g, v), (k, g, v)
+        if types:
+            assert type(g) is type(v), (k, type(g), type(v))
+    assert got.message() == want.message()

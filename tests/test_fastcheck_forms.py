@@ -30,6 +30,8 @@ from tolstat.checks.fast import cr_mode, fast_check, plan_of
 from tolstat.measure import fused
 from tolstat.measure.fused import check_pass, error_sums, format_layout, sum_of_squares
 from tolstat.measure.metrics import as_array, error_metrics, metric_covariates, ulp_distance
+from kernel_helpers import rounding_probe_values
+from table_helpers import assert_same_result
 
 K = 64
 FORMS = ("auto", "None", "allclose", "size_aware", "normalised", "baseline", "operator", "max_rel+bias",
@@ -124,25 +126,8 @@ def _cases(dtype):
     return out
 
 
-def _same(fast, ref):
-    fd, rd = dataclasses.asdict(fast), dataclasses.asdict(ref)
-    assert fd.keys() == rd.keys()
-    for k, v in rd.items():
-        got = fd[k]
-        if isinstance(v, dict):
-            assert got.keys() == v.keys(), k
-            for s in v:
-                assert _eq(got[s], v[s]), (k, s, got[s], v[s])
-        else:
-            assert _eq(got, v), (k, got, v)
-        assert type(got) is type(v), (k, type(got), type(v))
-    assert fast.message() == ref.message()
 
 
-def _eq(x, y):
-    if isinstance(x, float) and isinstance(y, float) and math.isnan(x):
-        return math.isnan(y)
-    return x == y
 
 
 def _definition(a, e, ent, kw, allow_nan=False):
@@ -169,8 +154,8 @@ def test_fast_path_equals_the_definition(tables, form):
         assert fast is not None, (form, name)  # the fused path applies to every finite pair
         r = tolstat.check(a, e, op="sum", dtype=dtype, table=table, hardware="cpu", **_ck(kw))
         m, ref = _definition(a, e, ent, kw)
-        _same(r, ref)
-        _same(fast, ref)
+        assert_same_result(r, ref, types=True)
+        assert_same_result(fast, ref, types=True)
         if not ent.operator:  # the decision value is decision.pair_value's, bit for bit
             cov = metric_covariates(m, kw.get("covariates"))
             for k in ent.statistics:
@@ -203,7 +188,7 @@ def test_non_finite_pairs_take_the_general_path(tables, form, bad):
     kw = _kwargs(form, e)
     assert _fast(a, e, ent, kw) is None
     r = tolstat.check(a, e, op="sum", dtype=dtype, table=table, hardware="cpu", **_ck(kw, allow))
-    _same(r, _definition(a, e, ent, kw, allow_nan=allow)[1])
+    assert_same_result(r, _definition(a, e, ent, kw, allow_nan=allow)[1], types=True)
     if not allow:
         with pytest.raises(ValueError, match="reference .* NaN"):
             tolstat.check(a, np.where(np.arange(300) == 4, np.nan, e), op="sum", dtype=dtype, table=table,
@@ -441,17 +426,7 @@ def test_the_kernel_rounds_the_reference_as_rounded_reference(dtype):
     neighbours, subnormals, values beyond the range and non-finite ones."""
     td = target_dtype(dtype)
     rng = np.random.default_rng(8)
-    if td.bits <= 16:
-        codes = np.arange(2 ** td.bits, dtype=np.uint16 if td.bits == 16 else np.uint8)
-        with np.errstate(invalid="ignore"):
-            vals = codes.view(td.np_dtype).astype(np.float64)
-    else:
-        vals = rng.standard_normal(20_000).astype(td.np_dtype).astype(np.float64)
-    vals = np.unique(vals[np.isfinite(vals)])
-    mids = (vals[:-1] + vals[1:]) / 2
-    x = np.concatenate([vals, mids, np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf),
-                        rng.standard_normal(20_000) * 10.0 ** rng.uniform(-320, 300, 20_000),
-                        [td.max * 1.0001, -td.max * 1.04, 1e300, 5e-324, -5e-324, 0.0, -0.0, np.inf, -np.inf, np.nan]])
+    x = rounding_probe_values(td, rng)
     got = _round_all(x, *fused.round_params(dtype))
     ref = rounded_reference(x, dtype)
     same = ((got == ref) & (np.signbit(got) == np.signbit(ref))) | (np.isnan(got) & np.isnan(ref))

@@ -25,6 +25,8 @@ from tolstat.checks import checking
 from tolstat.measure import fused
 from tolstat.measure.fused import OP_CHECK_COLUMNS, op_check_statistics, op_statistics
 from tolstat.measure.noise import MID_SUFFIX, SCORE_CORE
+from kernel_helpers import op_reference, rounding_probe_values
+from table_helpers import assert_same_result
 
 DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
 COEF = (2.0 ** -11, 2.0 ** -24 * 8.0, 2.0 ** -11 / 8.0, 2.0 ** -25)  # op_pass_coefficients of float16, K = 64
@@ -56,17 +58,7 @@ def test_the_branch_free_rounding_is_the_rounding(dtype):
     signed zeros and non-finite values."""
     td = target_dtype(dtype)
     rng = np.random.default_rng(11)
-    if td.bits <= 16:
-        codes = np.arange(2 ** td.bits, dtype=np.uint16 if td.bits == 16 else np.uint8)
-        with np.errstate(invalid="ignore"):
-            vals = codes.view(td.np_dtype).astype(np.float64)
-    else:
-        vals = rng.standard_normal(20_000).astype(td.np_dtype).astype(np.float64)
-    vals = np.unique(vals[np.isfinite(vals)])
-    mids = (vals[:-1] + vals[1:]) / 2
-    x = np.concatenate([vals, mids, np.nextafter(mids, np.inf), np.nextafter(mids, -np.inf),
-                        rng.standard_normal(20_000) * 10.0 ** rng.uniform(-320, 300, 20_000),
-                        [td.max * 1.0001, -td.max * 1.04, 1e300, 5e-324, -5e-324, 0.0, -0.0, np.inf, -np.inf, np.nan]])
+    x = rounding_probe_values(td, rng)
     p, emin, mx = fused.round_params(dtype)
     qs = math.ldexp(1.0, emin - p) if p > 0 else 1.0
     got = _round_both(x, p, emin, mx, 1.0 / qs, qs)
@@ -103,19 +95,6 @@ def _same_pass(full, lean, rows):
     assert full.nonfinite == -1  # (the magnitude's tests: those asked for, by the caller)
 
 
-def _reference(rng, n, kind):
-    if kind == "normal":
-        return rng.standard_normal(n) * 8.0
-    if kind == "heavy":  # heavy-tailed, with values beyond float16's range
-        return rng.standard_t(1.2, n) * 30.0
-    if kind == "wide":  # 600 decades: subnormals of every format, values beyond every small format
-        return rng.standard_normal(n) * 10.0 ** rng.uniform(-310, 300, n)
-    if kind == "grid":  # representable references: ties of the rounding, exact outputs
-        return np.round(rng.standard_normal(n) * 16) / 16
-    z = rng.standard_normal(n)
-    z[rng.random(n) < 0.5] = 0.0  # zeros, signed
-    z[rng.random(n) < 0.1] = -0.0
-    return z
 
 
 def _output(rng, e, dt, kind):
@@ -142,7 +121,7 @@ def test_the_check_pass_is_the_full_pass(dtype):
     kq = 2.0e4
     for trial in range(90):
         n = int(rng.choice([1, 7, 255, 256, 257, 1000, 3001]))
-        e = _reference(rng, n, ("normal", "heavy", "wide", "grid", "zeros")[trial % 5])
+        e = op_reference(rng, n, ("normal", "heavy", "wide", "grid", "zeros")[trial % 5])
         out_dt = (dt, dt, np.float32, np.float64)[trial % 4] if trial % 3 else dt
         a = _output(rng, e, out_dt, ("noisy", "failing", "rounded")[trial % 3])
         if not np.isfinite(a.astype(np.float64) - e).all():
@@ -205,24 +184,8 @@ def _op_table(thr, normalisers, rowwise):
     return _table([g], statistic="op_score")
 
 
-def _results_equal(x, y):
-    dx, dy = dataclasses.asdict(x), dataclasses.asdict(y)
-    assert dx.keys() == dy.keys()
-    for k, v in dy.items():
-        got = dx[k]
-        if isinstance(v, dict):
-            assert got.keys() == v.keys(), k
-            for s in v:
-                assert _eq(got[s], v[s]), (k, s, got[s], v[s])
-        else:
-            assert _eq(got, v), (k, got, v)
-    assert x.message() == y.message()
 
 
-def _eq(x, y):
-    if isinstance(x, float) and isinstance(y, float):
-        return (math.isnan(x) and math.isnan(y)) or (x == y and math.copysign(1, x) == math.copysign(1, y))
-    return x == y
 
 
 @pytest.mark.parametrize("rowwise", [True, False])
@@ -253,7 +216,7 @@ def test_operator_checks_decide_and_report_as_with_the_full_pass(monkeypatch, ro
             with monkeypatch.context() as mp:
                 mp.setattr(checking, "op_check_statistics", lambda *args, **kwargs: None)
                 full = tolstat.check(a, e, **kw)
-            _results_equal(lean, full)
+            assert_same_result(lean, full)
             seen.add((lean.passed, lean.correctly_rounded))
     assert {(True, True), (True, False), (False, False)} <= seen  # passing, correctly rounded and failing cases
 

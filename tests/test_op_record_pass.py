@@ -19,6 +19,7 @@ import pytest
 from tolstat._base.dtypes import target_dtype
 from tolstat.measure import fused
 from tolstat.measure.fused import OpPass, op_statistics
+from kernel_helpers import op_reference
 
 DTYPES = ("float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2")
 COEF = (2.0 ** -11, 2.0 ** -24 * 8.0, 2.0 ** -11 / 8.0, 2.0 ** -25)  # op_pass_coefficients of float16, K = 64
@@ -77,19 +78,6 @@ def _both(a, e, m, **kw):
     return got, want, not info[0]
 
 
-def _reference(rng, n, kind):
-    if kind == "normal":
-        return rng.standard_normal(n) * 8.0
-    if kind == "heavy":  # heavy-tailed, with values beyond float16's range
-        return rng.standard_t(1.2, n) * 30.0
-    if kind == "wide":  # 600 decades: subnormals of every format, values beyond every small format
-        return rng.standard_normal(n) * 10.0 ** rng.uniform(-310, 300, n)
-    if kind == "grid":  # representable references: ties of the rounding, exact outputs
-        return np.round(rng.standard_normal(n) * 16) / 16
-    z = rng.standard_normal(n)
-    z[rng.random(n) < 0.5] = 0.0  # zeros, signed
-    z[rng.random(n) < 0.1] = -0.0
-    return z
 
 
 def _output(rng, e, dt, kind):
@@ -132,7 +120,7 @@ def test_the_record_pass_is_the_kernel_pass(dtype):
     taken = 0
     for trial in range(120):
         n = int(rng.choice([0, 1, 7, 255, 256, 257, 1000, 3001]))
-        e = _reference(rng, n, ("normal", "heavy", "wide", "grid", "zeros")[trial % 5])
+        e = op_reference(rng, n, ("normal", "heavy", "wide", "grid", "zeros")[trial % 5])
         out_dt = (dt, dt, np.float32, np.float64)[trial % 4] if trial % 3 else dt
         a = _output(rng, e, out_dt, ("noisy", "failing", "rounded")[trial % 3])
         m = None if trial % 2 else _magnitude(rng, e, ("good", "low", "negative")[trial // 2 % 3])

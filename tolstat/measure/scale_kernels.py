@@ -19,18 +19,26 @@ __all__ = ["invariant_scales"]
 _numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _scale(aref: float, mv: float, coef: tuple) -> float:  # pragma: no cover - numba
+    """:func:`~tolstat.measure.noise.noise_scale` of one element, ``((A |e|) + B m) [+ C m] + D``:
+    its operations in its order (the ``C`` term only where ``C`` is not 0, as it adds it
+    only for a nonzero ``c_mid``)."""
+    A, B, C, D = coef
+    v = A * aref + B * mv
+    if C != 0.0:
+        v = v + C * mv
+    return v + D
+
+
 @numba.njit(cache=True, nogil=True)
 def invariant_scales(a: np.ndarray, e: np.ndarray, m: np.ndarray, has_m: bool, coef_plain: tuple,
                      coef_mid: tuple, s0: np.ndarray, s1: np.ndarray, ok0: np.ndarray,
                      ok1: np.ndarray) -> tuple:  # pragma: no cover - numba
-    """``s0``/``s1``: :func:`~tolstat.measure.noise.noise_scale` of the plain and the
-    intermediate-store shapes, ``((A |e|) + B m) [+ C m] + D`` with ``coef = (A, B, C, D)``
-    (``m = |magnitude|``, or ``|e|`` without one; the ``C`` term only where ``C`` is not
-    0, as ``noise_scale`` adds it only for a nonzero ``c_mid``), set to 1.0 where
-    ``ok`` is False; ``ok0``/``ok1``: ``isfinite(a - e) & isfinite(s)``. Returns whether
-    each mask is all True."""
-    A0, B0, C0, D0 = coef_plain
-    A1, B1, C1, D1 = coef_mid
+    """``s0``/``s1``: the noise scales of the plain and the intermediate-store shapes
+    (:func:`_scale` with ``coef = (A, B, C, D)``; ``m = |magnitude|``, or ``|e|`` without
+    one), set to 1.0 where ``ok`` is False; ``ok0``/``ok1``: ``isfinite(a - e) &
+    isfinite(s)``. Returns whether each mask is all True."""
     all0 = True
     all1 = True
     for i in range(e.size):
@@ -38,18 +46,12 @@ def invariant_scales(a: np.ndarray, e: np.ndarray, m: np.ndarray, has_m: bool, c
         aref = abs(ev)
         mv = abs(m[i]) if has_m else aref
         fin = np.isfinite(a[i] - ev)
-        v = A0 * aref + B0 * mv
-        if C0 != 0.0:
-            v = v + C0 * mv
-        v = v + D0
+        v = _scale(aref, mv, coef_plain)
         ok = fin and np.isfinite(v)
         ok0[i] = ok
         s0[i] = v if ok else 1.0
         all0 = all0 and ok
-        v = A1 * aref + B1 * mv
-        if C1 != 0.0:
-            v = v + C1 * mv
-        v = v + D1
+        v = _scale(aref, mv, coef_mid)
         ok = fin and np.isfinite(v)
         ok1[i] = ok
         s1[i] = v if ok else 1.0
