@@ -458,8 +458,8 @@ def _element_subsample(ds: Any, max_points: int, rng: np.random.Generator
         want = valid_b if take_all else int(round(max_points * valid_b / total))
         if want == 0:
             continue
-        abs_s = np.asarray(ds["sample_abs"].isel(run=sl).values, dtype=np.float64)
-        ref_s = np.asarray(ds["sample_ref"].isel(run=sl).values, dtype=np.float64)
+        abs_s = np.asarray(ds["sample_abs"].variable.isel(run=sl).values, dtype=np.float64)
+        ref_s = np.asarray(ds["sample_ref"].variable.isel(run=sl).values, dtype=np.float64)
         rows, cols = np.nonzero(sample_mask(abs_s, nb))
         if rows.size > want:
             pick = np.sort(rng.choice(rows.size, size=want, replace=False))

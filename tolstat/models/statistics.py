@@ -145,8 +145,8 @@ def _score_from_dataset(ds: Any, model: Any = None) -> RunScores:
     dtype = str(ds["dtype"].values[0])
     out = np.empty(ns.size, dtype=np.float64)
     for sl in run_blocks(ns.size):  # bounded memory on dask-backed data
-        abs_s = np.asarray(ds["sample_abs"].isel(run=sl).values, dtype=np.float64)
-        ref_s = np.asarray(ds["sample_ref"].isel(run=sl).values, dtype=np.float64)
+        abs_s = np.asarray(ds["sample_abs"].variable.isel(run=sl).values, dtype=np.float64)
+        ref_s = np.asarray(ds["sample_ref"].variable.isel(run=sl).values, dtype=np.float64)
         mask = sample_mask(abs_s, ns[sl])
         s = model.scale(ref_s, {k: v[sl] for k, v in cov.items()}, dtype=dtype)
         with np.errstate(invalid="ignore", divide="ignore"):
