@@ -220,34 +220,24 @@ def _scale_forms(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndar
     cal_rows: list[np.ndarray] = []
     scores: list[np.ndarray | None] = []
     free: dict[Any, list[int]] = {}  # fit-free groups per dtype: scored together, in one pass
-    splits = []
-    for idx in rows_by_code(codes, len(keys)):
+    for gi, (key, idx) in enumerate(zip(keys, rows_by_code(codes, len(keys)))):
         names, inv = factorize(units.ids[idx])
         iA, _ = split_units(names.size, _n_fit(names.size, nmin), seed)
         inA = np.isin(inv, iA)
-        splits.append((names.size, iA.size, idx[inA], idx[~inA]))
-    # the runs reordered once, each group's fitting runs then its calibration runs (each in
-    # dataset order): every part below is then a slice of it, a view, not a copy
-    order = np.concatenate([np.concatenate([f, c]) for _, _, f, c in splits]) if splits else np.zeros(0, np.int64)
-    byg = ds.isel(run=order)
-    start = 0
-    for gi, (key, (n_units, n_a, fit_rows, cal_part)) in enumerate(zip(keys, splits)):
-        nf, nc = fit_rows.size, cal_part.size
-        cal_rows.append(cal_part)
-        if nf:
-            fit, cal = byg.isel(run=slice(start, start + nf)), byg.isel(run=slice(start + nf, start + nf + nc))
+        cal_rows.append(idx[~inA])
+        if inA.any():
+            fit, cal = ds.isel(run=idx[inA]), ds.isel(run=idx[~inA])
             fname, why = _pick_form(fit, scale, seed) if form == "auto" else (form, f"{form}: requested")
             model = scale.fit(fit, fname, seed=seed)
-            why += f"; fitted on {n_a} units not used for the threshold"
+            why += f"; fitted on {iA.size} units not used for the threshold"
             scores.append(run_values(cal, "max_score", model))
         else:
             fname, model = "fit_free", ScaleModel.fit_free(key[1])
-            why = (f"fit_free: {n_units} units, too few to fit a scale and keep {nmin} for the order statistic "
+            why = (f"fit_free: {names.size} units, too few to fit a scale and keep {nmin} for the order statistic "
                    "(or for pooling); eps * (|ref| + ref_rms) needs no fitting run, so every unit certifies")
             free.setdefault(key[1], []).append(gi)
             scores.append(None)
-        models[_label(key)] = (fname, why, model, int(nf))
-        start += nf + nc
+        models[_label(key)] = (fname, why, model, int(inA.sum()))
     for dt, gis in free.items():
         rows = np.concatenate([cal_rows[gi] for gi in gis])
         vals = run_values(ds.isel(run=rows), "max_score", ScaleModel.fit_free(dt))
