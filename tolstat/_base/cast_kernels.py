@@ -21,17 +21,27 @@ from numba.extending import intrinsic
 
 from tolstat._base import numba_cache as _numba_cache
 
-__all__ = ["round_bfloat16_bits", "round_float16_bits", "widen_float16", "float16_table"]
+__all__ = ["float_bits", "float_from_bits", "round_bfloat16_bits", "round_float16_bits", "widen_float16",
+           "float16_table"]
 
 _numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
 
 @intrinsic
-def _bits(typingctx, x):  # noqa: ANN001, ANN202 - a numba intrinsic
-    """The bit pattern of a float64 as an int64 (a register bitcast)."""
+def float_bits(typingctx, x):  # noqa: ANN001, ANN202 - a numba intrinsic
+    """The bit pattern of a float64 as an int64 (a register bitcast), in numba code."""
     def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
         return builder.bitcast(args[0], context.get_value_type(types.int64))
     return types.int64(types.float64), codegen
+
+
+@intrinsic
+def float_from_bits(typingctx, b):  # noqa: ANN001, ANN202 - a numba intrinsic
+    """The float64 of an int64 bit pattern (a register bitcast), in numba code."""
+    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
+        return builder.bitcast(args[0], context.get_value_type(types.float64))
+    return types.float64(types.int64), codegen
+
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -45,7 +55,7 @@ def _round16(v: float, p: int, emin_t: int, inf_bits: int) -> int:  # pragma: no
     the bits shifted out, plus the exponent's offset; a carry out of the significand moves
     to the next binade, and one out of the largest binade gives the infinity's pattern,
     as does a larger value."""
-    b = _bits(v)
+    b = float_bits(v)
     sign = np.int64(0x8000) if b < 0 else np.int64(0)
     mag = b & np.int64(0x7FFFFFFFFFFFFFFF)
     e_field = mag >> 52
@@ -78,7 +88,7 @@ def round_bfloat16_bits(x: np.ndarray, out: np.ndarray) -> None:  # pragma: no c
     for i in range(x.size):
         r = _round16(x[i], 8, -126, 0x7F80)
         if r < 0:
-            r = (np.int64(0x8000) if _bits(x[i]) < 0 else np.int64(0)) | np.int64(0x7FC0)
+            r = (np.int64(0x8000) if float_bits(x[i]) < 0 else np.int64(0)) | np.int64(0x7FC0)
         out[i] = np.uint16(r)
 
 

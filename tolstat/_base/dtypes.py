@@ -212,7 +212,7 @@ def round_to_format(x: Any, dtype: Any, *, overflow: str = "inf") -> np.ndarray:
     if td.name == "float16":
         return store_float16(x64)
     with np.errstate(over="ignore", invalid="ignore"):
-        if td.name in ("float16", "float32", "float64") or _cast_rounds_once(td):
+        if td.name in ("float32", "float64") or _cast_rounds_once(td):
             return x64.astype(td.np_dtype)
         return _round_in_float64(x64, np.isfinite(x64), td, overflow)
 

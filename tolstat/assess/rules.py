@@ -525,8 +525,7 @@ class GpucheckRule(StaticRule):
                  else np.full(dts.size, np.nan))
             scale = np.where(k > 1, np.sqrt(np.where(k > 1, k, 1.0) / 128.0), 1.0)  # NaN K: no k_dim
             # the score's own variables only: one cut per scale then copies no other
-            reads = (*get_statistic("max_score").needs, "dtype")
-            base = ds[[v for v in reads if v in ds.data_vars]]
+            base = ds[[v for v in get_statistic("max_score").needs if v in ds.data_vars]]  # (coordinates come too)
             for dt in np.unique(dts):
                 if dt not in self.tolerances:
                     continue

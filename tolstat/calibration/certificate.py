@@ -30,6 +30,7 @@ from tolstat.models.estimators.orderstat import (
 
 __all__ = [
     "TOP_SCORES",
+    "score_member",
     "UnreachableThresholdWarning",
     "GroupCertificate",
     "OPERATOR_COVARIATES",
@@ -175,7 +176,7 @@ def _cert_number(field_name: str, v: Any) -> float:
     return float(v)
 
 
-def _score_member(name: str, op: str) -> bool:
+def score_member(name: str, op: str) -> bool:
     """True for a statistic the combined score of ``op`` may hold (:func:`score_statistic_names`;
     an ``inv_*`` invariant may be registered after the table is read)."""
     base = name[: -len(MID_SUFFIX)] if name.endswith(MID_SUFFIX) else name
@@ -186,7 +187,7 @@ def _check_normalisers(q: Any, *, op: str, statistic: str, score: bool) -> None:
     if not isinstance(q, Mapping) or not q:
         raise ValueError(f"certificate normalisers must be a non-empty object {{statistic: q}}, got {q!r}")
     for k, v in q.items():
-        if score and not _score_member(str(k), op):
+        if score and not score_member(str(k), op):
             raise ValueError(f"certificate normalisers: {k!r} is not a statistic of the combined score of {op} "
                              f"(known: {', '.join(SCORE_CORE)}, their {MID_SUFFIX!r} forms and the op's inv_* "
                              "invariants)")

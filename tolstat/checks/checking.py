@@ -24,8 +24,8 @@ from tolstat.measure.metrics import ErrorMetrics, as_array, error_metrics, ulp_d
 from tolstat.models.statistics import get as get_statistic
 from tolstat.measure.metrics import metric_covariates
 from tolstat.models.statistics import pair_op_statistics, rounded_statistics
-from tolstat.measure.noise import (MID_SUFFIX, PLAIN_SHAPE, SCORE_CORE, combined_score, noise_scale,
-                                   op_pass_coefficients, statistics_of_pass)
+from tolstat.measure.noise import PLAIN_SHAPE, combined_score, noise_scale, op_pass_coefficients, statistics_of_pass
+from tolstat.calibration.certificate import score_member
 from tolstat.calibration.table import MissingGroup, ToleranceEntry, ToleranceTable
 from tolstat.calibration.decision import entry_failed_runs, pair_is_correctly_rounded, pair_value, ratio_value
 from tolstat.checks.fast import by_identity, cached_entry, cached_plan, fast_check, unravel
@@ -438,17 +438,12 @@ class _OpConstants:
         self.q = dict(cert["normalisers"])
         # the check's pass computes the statistics of the combined score only
         # (:func:`tolstat.measure.fused.op_check_statistics`); a table naming another takes the full pass
-        self.lean = all(_base_name(k) in SCORE_CORE or _base_name(k).startswith("inv_") for k in self.q)
+        self.lean = all(score_member(k, ent.op) for k in self.q)
         self.threshold = thr = ent.statistics["op_score"].threshold
         self.kq = thr * self.q.get("op_max", math.inf)
         self.rowwise = bool(cert.get("rowwise", False))
         self.thresholds = {"op_score": thr, **{k: thr * v for k, v in self.q.items()}}
         self.methods = dict.fromkeys(self.thresholds, ent.statistics["op_score"].method)
-
-
-def _base_name(name: str) -> str:
-    """A statistic's name without the ``_mid`` suffix of the second noise shape."""
-    return name[: -len(MID_SUFFIX)] if name.endswith(MID_SUFFIX) else name
 
 
 _OP_CONSTANTS: dict[int, tuple[ToleranceEntry, _OpConstants]] = {}

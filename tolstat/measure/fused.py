@@ -43,9 +43,8 @@ from typing import NamedTuple
 import ml_dtypes
 import numba
 import numpy as np
-from numba.core import types
-from numba.extending import intrinsic
 from tolstat._base import numba_cache as _numba_cache
+from tolstat._base.cast_kernels import float_bits as _bits, float_from_bits as _from_bits
 from tolstat._base.dtypes import target_dtype
 
 _numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
@@ -557,22 +556,6 @@ def _op_row(rs2: float, rd: float, rss: float, rowlen: int, rmax: float, rsum: f
     if t > bmax:
         bmax = t
     return rmax, rsum, bmax
-
-
-@intrinsic
-def _bits(typingctx, x):  # noqa: ANN001, ANN202 - a numba intrinsic
-    """The bit pattern of a float64 as an int64 (a register bitcast)."""
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        return builder.bitcast(args[0], context.get_value_type(types.int64))
-    return types.int64(types.float64), codegen
-
-
-@intrinsic
-def _from_bits(typingctx, b):  # noqa: ANN001, ANN202 - a numba intrinsic
-    """The float64 of an int64 bit pattern (a register bitcast)."""
-    def codegen(context, builder, signature, args):  # noqa: ANN001, ANN202
-        return builder.bitcast(args[0], context.get_value_type(types.float64))
-    return types.float64(types.int64), codegen
 
 
 _SIGN64 = np.int64(-(2 ** 63))

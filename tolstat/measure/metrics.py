@@ -545,9 +545,10 @@ def metric_covariates(m: ErrorMetrics, extra: Mapping[str, Any] | None = None) -
         if m.scalars["n_ref_finite"] < ref.size:
             ref = ref[np.isfinite(ref)]
     else:
-        if ref.size and not np.isfinite(ref.max()):  # (a NaN max: some NaN) copy only then
-            ref = ref[np.isfinite(ref)]
         ref_max = ref.max() if ref.size else 0.0
+        if not np.isfinite(ref_max):  # (a NaN max: some NaN) copy only then
+            ref = ref[np.isfinite(ref)]
+            ref_max = ref.max() if ref.size else 0.0
     cov: dict[str, Any] = {
         "n_elements": float(m.n_elements),
         "ref_max_abs": float(ref_max) if ref.size else 0.0,

@@ -514,11 +514,8 @@ def _invariant_scales(actual: np.ndarray, expected: np.ndarray, magnitude: Any, 
     if same and fits and a.shape == e.shape:
         from tolstat.measure.scale_kernels import invariant_scales
 
-        td = target_dtype(dtype)
-        u_out, u_acc = unit_roundoff(td.name), unit_roundoff(acc_dtype)
-        K = _check_pos("K", K)
-        coefs = [(sh.c_out * u_out, sh.c_acc * u_acc * math.sqrt(K), sh.c_mid * u_out / math.sqrt(max(K, 1.0)),
-                  u_out * td.tiny) for sh in (PLAIN_SHAPE, MID_SHAPE)]
+        A, B, C, D = op_pass_coefficients(target_dtype(dtype), _check_pos("K", K), acc_dtype)
+        coefs = [(A, B, 0.0, D), (A, B, C, D)]  # the plain shape has no intermediate-store term
         af, ef = np.ascontiguousarray(a).ravel(), np.ascontiguousarray(e).ravel()
         mf = ef if m is None else np.ascontiguousarray(np.broadcast_to(m, e.shape)).ravel()
         s0, s1 = np.empty(e.size), np.empty(e.size)
