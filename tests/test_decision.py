@@ -170,3 +170,28 @@ def test_ratio_of_a_huge_score_to_a_tiny_threshold_is_inf_without_a_warning():
     np.testing.assert_array_equal(r, [np.inf, 1.0, np.inf, 0.0, np.nan])
     np.testing.assert_array_equal(r, v)
     np.testing.assert_array_equal(r > 1.0, exceeds(x, 1e-300))
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["in_memory", "dask"])
+def test_run_values_of_rows_equal_the_values_of_the_runs_cut_out(plain, chunked):
+    """``run_values(ds, ..., rows=r)`` scores the runs ``r`` (any order, repeats) exactly as
+    ``run_values(ds.isel(run=r), ...)``, for the statistic that reads rows in place
+    (``max_score``) and for those scored on the cut-out runs."""
+    _, ds = plain
+    if chunked:
+        pytest.importorskip("dask")
+        ds = ds.chunk({"run": 50})
+    rng = np.random.default_rng(5)
+    rows = np.concatenate([rng.permutation(ds.sizes["run"])[:200], [3, 3, 7]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tables = _tables((None, ds), [dict(form="allclose"), dict(form="size_aware")])
+    models = [t.entry("matmul", "float16", HW).scale for t in tables]
+    models.append(tolstat.models.ScaleModel.fit_free("float16"))
+    for model in models:
+        got = run_values(ds, "max_score", model, rows=rows)
+        np.testing.assert_array_equal(got, run_values(ds.isel(run=rows), "max_score", model))
+        assert np.unique(got).size > 3  # the runs' own scores, not one repeated value
+    for name in ("max_abs", "max_rel", "bias"):
+        np.testing.assert_array_equal(run_values(ds, name, rows=rows), run_values(ds.isel(run=rows), name))
+    assert run_values(ds, "max_score", models[0], rows=np.zeros(0, dtype=int)).size == 0

@@ -39,12 +39,14 @@ __all__ = ["run_values", "pair_value", "exceeds", "ratio", "ratio_value", "pair_
            "entry_failed_runs"]
 
 
-def _run_correctly_rounded(ds: Any) -> np.ndarray:
-    cr = correctly_rounded(np.asarray(ds["max_ulp"].values, dtype=np.float64))
-    return cr & (np.asarray(ds["n_nonfinite"].values) == 0)
+def _run_correctly_rounded(ds: Any, rows: np.ndarray | None = None) -> np.ndarray:
+    ulp, nonfinite = np.asarray(ds["max_ulp"].values, dtype=np.float64), np.asarray(ds["n_nonfinite"].values)
+    if rows is not None:
+        ulp, nonfinite = ulp[rows], nonfinite[rows]
+    return correctly_rounded(ulp) & (nonfinite == 0)
 
 
-def run_values(ds: Any, name: str, model: Any = None) -> np.ndarray:
+def run_values(ds: Any, name: str, model: Any = None, rows: Any = None) -> np.ndarray:
     """Decision value of statistic ``name`` for every run of an error dataset.
 
     Parameters
@@ -57,6 +59,10 @@ def run_values(ds: Any, name: str, model: Any = None) -> np.ndarray:
     model : ScaleModel or mapping, optional
         The scale model of ``max_score``; the certificate (with ``normalisers``) of
         ``op_score``.
+    rows : array_like of int, optional
+        Positions along ``run`` of the runs to score (default: every run). The values
+        equal ``run_values(ds.isel(run=rows), ...)``; a statistic that reads its runs
+        by position (``max_score``) does so without cutting the dataset out.
 
     Returns
     -------
@@ -64,8 +70,10 @@ def run_values(ds: Any, name: str, model: Any = None) -> np.ndarray:
         One value per run: the statistic, 0 for a correctly rounded run, ``inf`` for a
         run with non-finite output.
     """
-    x = np.array(get_statistic(name).run_scores(ds, model).scores, dtype=np.float64)
-    return np.where(_run_correctly_rounded(ds), 0.0, x)
+    if rows is not None:
+        rows = np.asarray(rows, dtype=np.intp)
+    x = np.array(get_statistic(name).run_scores(ds, model, rows).scores, dtype=np.float64)
+    return np.where(_run_correctly_rounded(ds, rows), 0.0, x)
 
 
 def pair_is_correctly_rounded(m: ErrorMetrics) -> bool:

@@ -42,7 +42,7 @@ from tolstat.calibration.certificate import GroupCertificate
 from tolstat.calibration.engine import CertifyOptions, CertifyResult, certify
 from tolstat.calibration.options import SelectOptions
 from tolstat.calibration.units import split_units
-from tolstat.dataset.schema import RunUnits, run_units
+from tolstat.dataset.schema import SYSTEM_LABELS, RunUnits, label_names, run_units
 from tolstat.calibration.decision import run_values
 from tolstat.models.estimators.orderstat import order_statistic_min_n
 from tolstat.measure.noise import score_statistic_names
@@ -214,8 +214,10 @@ def _scale_forms(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndar
     labels, units = _engine_units(ds, cluster, codes)
     # the scale fits and scores read neither the signed nor the ULP element samples nor the
     # operator statistics: each group's runs are cut out of the dataset without them
+    # (nor the run labels but the dtype: the units were drawn above)
     ds = ds.drop_vars([v for v in ds.data_vars if v in ("sample_signed", "sample_ulp")
-                       or ds[v].attrs.get("role") == "op_statistic"])
+                       or ds[v].attrs.get("role") == "op_statistic"]
+                      + [c for c in (*SYSTEM_LABELS, *label_names(ds)) if c != "dtype" and c in ds.variables])
     models: dict[str, tuple[str, str, Any, int]] = {}
     cal_rows: list[np.ndarray] = []
     scores: list[np.ndarray | None] = []
@@ -226,11 +228,11 @@ def _scale_forms(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndar
         inA = np.isin(inv, iA)
         cal_rows.append(idx[~inA])
         if inA.any():
-            fit, cal = ds.isel(run=idx[inA]), ds.isel(run=idx[~inA])
+            fit = ds.isel(run=idx[inA])
             fname, why = _pick_form(fit, scale, seed) if form == "auto" else (form, f"{form}: requested")
             model = scale.fit(fit, fname, seed=seed)
             why += f"; fitted on {iA.size} units not used for the threshold"
-            scores.append(run_values(cal, "max_score", model))
+            scores.append(run_values(ds, "max_score", model, rows=idx[~inA]))
         else:
             fname, model = "fit_free", ScaleModel.fit_free(key[1])
             why = (f"fit_free: {names.size} units, too few to fit a scale and keep {nmin} for the order statistic "
@@ -240,7 +242,7 @@ def _scale_forms(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.ndar
         models[_label(key)] = (fname, why, model, int(inA.sum()))
     for dt, gis in free.items():
         rows = np.concatenate([cal_rows[gi] for gi in gis])
-        vals = run_values(ds.isel(run=rows), "max_score", ScaleModel.fit_free(dt))
+        vals = run_values(ds, "max_score", ScaleModel.fit_free(dt), rows=rows)
         for gi, part in zip(gis, np.split(vals, np.cumsum([cal_rows[gi].size for gi in gis])[:-1])):
             scores[gi] = part
     glab = _group_labels(keys, np.repeat(np.arange(len(keys)), [r.size for r in cal_rows]))

@@ -132,30 +132,48 @@ def _plain_run(var: str) -> Callable[[Any, Any], RunScores]:
     return from_dataset
 
 
-def _score_from_dataset(ds: Any, model: Any = None) -> RunScores:
-    """Exact normalised run scores from the element samples (see :mod:`tolstat.models.scale`)."""
+def _run_vector(ds: Any, name: str, rows: np.ndarray | None) -> np.ndarray:
+    """A run variable of every run, or of the runs ``rows`` (positions along ``run``)."""
+    x = np.asarray(ds[name].values)
+    return x if rows is None else x[rows]
+
+
+def _sample_blocks(ds: Any, name: str, rows: np.ndarray | None) -> Callable[[Any], np.ndarray]:
+    """Reader of an element-sample variable by blocks of runs (a slice, or positions in
+    ``rows``) as float64: dask-backed data read block by block, in-memory data indexed."""
+    v = ds[name].variable
+    if rows is None or v.chunks is not None:
+        return lambda sel: np.asarray(v.isel(run=sel).values, dtype=np.float64)
+    x = v.values
+    return lambda sel: np.asarray(x[sel], dtype=np.float64)
+
+
+def _score_from_dataset(ds: Any, model: Any = None, rows: np.ndarray | None = None) -> RunScores:
+    """Exact normalised run scores from the element samples (see :mod:`tolstat.models.scale`),
+    of every run or of the runs at positions ``rows`` (read block by block, no copy of the rest)."""
     model = _need_model("max_score", model)
-    ns = np.asarray(ds["n_sample"].values)
+    ns = _run_vector(ds, "n_sample", rows)
     cov = {}
     for k in model.covariates:
         if k not in ds:
             have = [x for x in str(ds.attrs.get("covariates", "")).split(",") if x]
             raise ValueError(f"covariate {k!r} is not in the dataset (have {have})")
-        cov[k] = np.asarray(ds[k].values, dtype=np.float64)
-    dtype = str(ds["dtype"].values[0])
+        cov[k] = np.asarray(_run_vector(ds, k, rows), dtype=np.float64)
+    dtype = str(ds["dtype"].values[0 if rows is None or not rows.size else rows[0]])
     out = np.empty(ns.size, dtype=np.float64)
+    read_abs, read_ref = _sample_blocks(ds, "sample_abs", rows), _sample_blocks(ds, "sample_ref", rows)
     for sl in run_blocks(ns.size):  # bounded memory on dask-backed data
-        abs_s = np.asarray(ds["sample_abs"].variable.isel(run=sl).values, dtype=np.float64)
-        ref_s = np.asarray(ds["sample_ref"].variable.isel(run=sl).values, dtype=np.float64)
+        sel = sl if rows is None else rows[sl]
+        abs_s, ref_s = read_abs(sel), read_ref(sel)
         mask = sample_mask(abs_s, ns[sl])
         s = model.scale(ref_s, {k: v[sl] for k, v in cov.items()}, dtype=dtype)
         with np.errstate(invalid="ignore", divide="ignore"):
             sc = np.where(mask, abs_s / s, -np.inf)
         out[sl] = np.max(sc, axis=1) if sc.shape[1] else -np.inf
-    out = np.where(np.asarray(ds["n_nonfinite"].values) > 0, np.inf, out)
+    out = np.where(_run_vector(ds, "n_nonfinite", rows) > 0, np.inf, out)
     out = np.maximum(out, 0.0)
-    nel = np.asarray(ds["n_elements"].values)
-    nf = np.asarray(ds["n_frontier"].values)
+    nel = _run_vector(ds, "n_elements", rows)
+    nf = _run_vector(ds, "n_frontier", rows)
     # a truncated front keeps its hull (at most the whole sample): exact unless the
     # sample is entirely front points, where the hull may not have fitted
     inexact = (nel > ns) & (nf > ns // 2) & (nf >= ns)
@@ -276,6 +294,10 @@ class Statistic:
     allclose : callable, optional
         ``(threshold, dtype, model, covariates) -> (atol, rtol)``; raises
         ``ValueError`` when there is no such form.
+    reads_rows : bool, default False
+        ``from_dataset`` also takes ``rows=`` (positions along ``run``) and scores only
+        those runs, reading them from the dataset without cutting it out; otherwise
+        :meth:`run_scores` with ``rows`` scores ``ds.isel(run=rows)``.
     """
 
     name: str
@@ -289,6 +311,7 @@ class Statistic:
     from_metrics: Callable[[ErrorMetrics, Any, Mapping[str, Any], str], float] | None = None
     allowance: Callable[..., np.ndarray] | None = None
     allclose: Callable[..., tuple[float, float]] | None = None
+    reads_rows: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ("max", "run", "score"):
@@ -315,12 +338,16 @@ class Statistic:
             return float(self.from_metrics(m, model, covariates or {}, dtype or m.dtype))
         return float(np.max(self.elements(m, model, covariates, dtype)))
 
-    def run_scores(self, ds: Any, model: ScaleLike | None = None) -> RunScores:
-        """The statistic of every run of an error dataset."""
+    def run_scores(self, ds: Any, model: ScaleLike | None = None, rows: np.ndarray | None = None) -> RunScores:
+        """The statistic of every run of an error dataset, or of the runs at positions ``rows``."""
         missing = [v for v in self.needs if v not in ds]
         if missing:
             raise ValueError(f"statistic {self.name!r} needs the run variable(s) {missing} in the dataset")
-        return self.from_dataset(ds, model)
+        if rows is None:
+            return self.from_dataset(ds, model)
+        if self.reads_rows:
+            return self.from_dataset(ds, model, rows=rows)  # type: ignore[call-arg]
+        return self.from_dataset(ds.isel(run=rows), model)
 
     def allowed(self, m: ErrorMetrics, threshold: float, model: ScaleLike | None = None,
                 covariates: Mapping[str, Any] | None = None, dtype: str | None = None) -> np.ndarray | None:
@@ -387,7 +414,7 @@ register(Statistic(
     name="max_score", kind="max", unit="multiples of the noise scale",
     description="max |actual - expected| / s(|expected|) (normalised error)",
     needs=("sample_abs", "sample_ref", "n_sample", "n_nonfinite", "n_elements", "n_frontier"),
-    from_dataset=_score_from_dataset, scaled=True,
+    from_dataset=_score_from_dataset, scaled=True, reads_rows=True,
     element_scores=_score_elements,
     allowance=lambda m, c, model, cov, dt: c * _need_model("max_score", model).scale(m.ref_abs, cov, dtype=dt),
     allclose=_score_allclose,
