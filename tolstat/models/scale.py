@@ -309,20 +309,22 @@ def _quantreg_irls(endog: np.ndarray, exog: np.ndarray, q: float, *, max_iter: i
 
     The same iteration: weighted least squares by numpy's BLAS products and ``pinv`` (the
     same calls, so the same sums), the residuals reweighted element by element in
-    statsmodels' order (:func:`tolstat.models.qr_kernels.reweight`, one numba pass where
-    statsmodels makes eight numpy passes), the same stopping rule (largest coefficient
+    statsmodels' order (:func:`tolstat.models.qr_kernels.residual_weights`, one numba pass
+    where statsmodels makes seven numpy passes; then one flat division, as exact as
+    statsmodels' broadcast one and about 4x faster), the same stopping rule (largest coefficient
     change at most ``p_tol``, ``max_iter``, a cycle). statsmodels' ``fit`` also computes
     the matrix rank, a bandwidth, a sparsity estimate, a covariance matrix and a history
     of mean squared residuals, which the scale fits do not read: about half the time.
     """
-    from tolstat.models.qr_kernels import reweight
+    from tolstat.models.qr_kernels import residual_weights
 
     if not 0 < q < 1:
         raise ValueError(f"q must be strictly between 0 and 1, got {q!r}")
     endog = np.ascontiguousarray(endog, dtype=np.float64)
     exog = np.ascontiguousarray(exog, dtype=np.float64)
     xstar = exog  # the weighted design: exog at first, then the buffer reweight fills
-    buf = np.empty_like(exog)
+    buf, w = np.empty_like(exog), np.empty(exog.size)
+    flat_exog, flat_buf = exog.reshape(-1), buf.reshape(-1)
     beta = np.ones(exog.shape[1])
     history: list[np.ndarray] = []
     diff, n_iter, cycle = 10.0, 0, False
@@ -332,7 +334,8 @@ def _quantreg_irls(endog: np.ndarray, exog: np.ndarray, q: float, *, max_iter: i
         xtx = np.dot(xstar.T, exog)
         xty = np.dot(xstar.T, endog)
         beta = np.dot(np.linalg.pinv(xtx), xty)
-        reweight(endog, np.dot(exog, beta), exog, float(q), 1 - q, buf)  # xstar is read: overwrite
+        residual_weights(endog, np.dot(exog, beta), float(q), 1 - q, w)
+        np.divide(flat_exog, w, out=flat_buf)  # xstar = exog / w[:, None]; xstar was read: overwrite
         xstar = buf
         diff = np.max(np.abs(beta - beta0))
         history.append(beta)
