@@ -128,8 +128,12 @@ def test_run_units_equal_the_union_of_shared_keys_within_groups(with_cluster):
     from tolstat.dataset.schema import FINGERPRINT, run_units
 
     rng = np.random.default_rng(8)
-    for n, m in ((2, 1), (7, 3), (60, 50), (200, 20), (200, 200)):
-        fp = rng.integers(0, m, n)
+    # from 4,096 runs the fingerprints are first checked for any shared value (a bitmap
+    # pass): all distinct, one repeated pair, many repeats
+    for n, m in ((2, 1), (7, 3), (60, 50), (200, 20), (200, 200), (5000, 2**62), (5000, -1), (5000, 3000)):
+        fp = rng.integers(0, 2**62 if m < 0 else m, n)
+        if m < 0:
+            fp[4321] = fp[17]
         case = rng.integers(0, max(2, n // 4), n)
         groups = rng.integers(0, 3, n)
         ds = xr.Dataset({FINGERPRINT: ("run", fp), "case": ("run", case.astype(str))}, attrs={"labels": "case"})

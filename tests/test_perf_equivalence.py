@@ -296,10 +296,36 @@ def _labels(rng, kind, n):
         return rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True) >> rng.integers(0, 3, n).astype(np.uint64)
     if kind == "int8":
         return rng.integers(-128, 127, n, dtype=np.int8)
+    if kind == "dense":  # a group's run indices: a spread-out subset of a larger range (counted)
+        return np.sort(rng.choice(8 * n + 1, n, replace=False)) if n else np.zeros(0, dtype=np.int64)
+    if kind == "int64_edge":  # a small range at the bottom of int64 (counted; offsets must not wrap)
+        return np.iinfo(np.int64).min + rng.integers(0, 50, n)
+    if kind == "uint64_edge":  # a small range at the top of uint64
+        return np.iinfo(np.uint64).max - rng.integers(0, 50, n).astype(np.uint64)
     return rng.random(n) < 0.3  # booleans
 
 
-@pytest.mark.parametrize("kind", ["short", "long", "distinct", "bytes", "int", "int_ids", "uint64", "int8", "bool"])
+KINDS = ["short", "long", "distinct", "bytes", "int", "int_ids", "uint64", "int8", "dense", "int64_edge",
+         "uint64_edge", "bool"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_unsorted_factorize_groups_as_numpy_unique(kind):
+    from tolstat._base.util import factorize
+
+    rng = np.random.default_rng(6)
+    for n in (0, 7, 5000, 20000):
+        a = _labels(rng, kind, n)
+        u, inv = np.unique(a, return_inverse=True)
+        fu, finv = factorize(a, sort=False)
+        assert fu.size == u.size and finv.dtype == np.int64
+        np.testing.assert_array_equal(fu[finv], a)  # each code names its value
+        # the same partition of the rows: codes map one to one onto numpy.unique's
+        pairs = np.unique(np.stack([finv, inv.ravel()]), axis=1) if n else np.zeros((2, 0))
+        assert pairs.shape[1] == u.size
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("collide", [False, True])
 def test_factorize_equals_numpy_unique(kind, collide, monkeypatch):
     from tolstat._base import label_kernels
@@ -366,3 +392,33 @@ def test_sample_checks_equal_their_numpy_definitions():
         assert nan_inside == bool(np.isnan(s[np.arange(w)[None, :] < ns[:, None]]).any())
         want = np.max(np.where(np.isnan(s), -np.inf, s), axis=1) if w else np.full(n, -np.inf)
         np.testing.assert_array_equal(mx, want)
+
+
+def test_split_units_is_the_seeded_permutation_cut_in_two_and_sorted():
+    from tolstat.calibration.units import split_units
+
+    for n, k, seed in ((1, 0, 0), (1, 1, 3), (10, 3, 0), (1000, 200, 7), (250_000, 200, 1)):
+        perm = np.random.default_rng([seed, n]).permutation(n)
+        a, b = split_units(n, k, seed)
+        np.testing.assert_array_equal(a, np.sort(perm[:k]))
+        np.testing.assert_array_equal(b, np.sort(perm[k:]))
+        assert a.dtype == b.dtype == np.int64
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_threshold_ranks_equal_the_stable_sort_definition(ties):
+    from tolstat.calibration.engine import _ranked, _stable_rank_index, _top_scores
+    from tolstat.calibration.certificate import TOP_SCORES
+
+    rng = np.random.default_rng(9)
+    for n in (1, 2, 3, 50, 300, 5000):
+        s = rng.integers(0, 6, n).astype(float) if ties else rng.standard_exponential(n)
+        order = np.argsort(s, kind="stable")
+        full = s[order]
+        for r in sorted({r for r in (1, 2, n // 2, n - 1, n) if 1 <= r <= n}):
+            part = _ranked(s, r)
+            for k in (r - 2, r - 1):
+                if k >= 0:
+                    assert part[k] == full[k]
+            assert _stable_rank_index(s, float(full[r - 1]), r) == order[r - 1]
+        assert _top_scores(s) == tuple(float(x) for x in np.sort(s)[::-1][:TOP_SCORES])

@@ -260,7 +260,7 @@ class Groups:
 _FACTORIZE_MIN = 4096
 
 
-def factorize(values: Any) -> tuple[np.ndarray, np.ndarray]:
+def factorize(values: Any, *, sort: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """``numpy.unique(values, return_inverse=True)`` of a 1-D array: the same two arrays.
 
     Labels of a million runs (``op``, ``dtype``, ``hardware`` strings) make
@@ -273,8 +273,20 @@ def factorize(values: Any) -> tuple[np.ndarray, np.ndarray]:
     sorts only the distinct values. An object array of Python strings is grouped by
     :func:`pandas.factorize` directly (``str`` hashing and equality). An integer or
     boolean array (unit ids, codes) is grouped by :func:`pandas.factorize` (exact integer
-    equality) and only its distinct values are sorted. Other arrays (floats, whose
-    ``-0.0``/``NaN`` rules are numpy's own, other objects, small arrays) call ``numpy.unique``.
+    equality) and only its distinct values are sorted; integers spanning a range of at
+    most ``8 * size + 65536`` values are counted instead (``numpy.bincount``: no hashing,
+    no sort). Other arrays (floats, whose ``-0.0``/``NaN`` rules are numpy's own, other
+    objects, small arrays) call ``numpy.unique``.
+
+    Parameters
+    ----------
+    values : array_like, 1-D
+        The labels.
+    sort : bool, default True
+        False: the distinct values and the codes numbered in an unspecified order (the
+        order of first appearance where the values are hashed), for callers that only
+        group (the number of distinct values, or which rows share one): no sort of the
+        distinct values, which dominates for a million distinct 64-bit fingerprints.
 
     Returns
     -------
@@ -286,14 +298,29 @@ def factorize(values: Any) -> tuple[np.ndarray, np.ndarray]:
         return _unique(a)
     import pandas as pd
 
+    if a.dtype.kind in "iu":
+        lo, hi = int(a.min()), int(a.max())
+        if hi - lo <= 8 * a.size + 65536:  # dense integers (codes, run indices): count them
+            # offsets from the minimum, without wrapping: unsigned values are >= it, and
+            # signed ones (a narrow type would wrap) are widened to int64 first
+            off = np.asarray(a - a.dtype.type(lo) if a.dtype.kind == "u" else a.astype(np.int64) - lo,
+                             dtype=np.intp)
+            present = np.bincount(off, minlength=hi - lo + 1) > 0
+            rank = np.cumsum(present, dtype=np.int64) - 1
+            wide = np.uint64 if a.dtype.kind == "u" else np.int64  # holds lo and every value
+            return (np.flatnonzero(present).astype(wide) + wide(lo)).astype(a.dtype), rank[off]
     if a.dtype.kind in "iub":
         codes, uniq = pd.factorize(a)
+        if not sort:
+            return np.asarray(uniq, dtype=a.dtype), np.asarray(codes, dtype=np.int64)
         return _sorted_codes(np.asarray(uniq, dtype=a.dtype), codes)
 
     if a.dtype.kind == "O":  # Python strings (a label per run pointing at a few shared str objects)
         if pd.api.types.infer_dtype(a, skipna=False) != "string":
             return _unique(a)
         codes, uniq = pd.factorize(a)  # str equality and hash, as numpy.unique's comparisons
+        if not sort:
+            return np.asarray(uniq, dtype=object), np.asarray(codes, dtype=np.int64)
         return _sorted_codes(np.asarray(uniq, dtype=object), codes)
     from tolstat._base.label_kernels import row_hashes, rows_equal_first
 
@@ -304,7 +331,7 @@ def factorize(values: Any) -> tuple[np.ndarray, np.ndarray]:
     first = np.flatnonzero(np.diff(np.maximum.accumulate(codes), prepend=-1) > 0)
     if not rows_equal_first(chars, first, codes):  # a hash collision: two labels in one group
         return _unique(a)
-    return _sorted_codes(a[first], codes)
+    return _sorted_codes(a[first], codes) if sort else (a[first], codes)
 
 
 def _unique(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

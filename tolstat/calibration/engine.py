@@ -441,11 +441,12 @@ def _group_infos(ctx: _Ctx, m: np.ndarray, glab: np.ndarray, clab: Any, cov: Any
     for gname, sel in _group_rows(glab):
         u = collapse(m[sel], cluster=None if clab is None else clab[sel],
                      covariates=None if cov is None else cov[sel], names=ctx.names, copy=False)
-        active = ~np.isnan(u.values).all(axis=0)
-        v = u.values[:, active]
-        if np.isnan(v).all(axis=1).any():
-            raise ValueError(f"group {gname}: {int(np.isnan(v).all(axis=1).sum())} unit(s) have no applicable "
-                             "statistic (all NaN)")
+        missing = np.isnan(u.values)
+        active = ~missing.all(axis=0)
+        v = u.values if active.all() else u.values[:, active]  # read only from here on
+        none = missing[:, active].all(axis=1)
+        if none.any():
+            raise ValueError(f"group {gname}: {int(none.sum())} unit(s) have no applicable statistic (all NaN)")
         an = tuple(str(x) for x in np.asarray(ctx.names)[active])
         nA = fit_size(u.n, v.shape[1], nmin, fit_fraction=fit_fraction, min_fit=min_fit, max_fit=max_fit)
         if ctx.own_pool and u.n - 1 < nmin and u.n >= 2:
@@ -466,6 +467,28 @@ def _group_infos(ctx: _Ctx, m: np.ndarray, glab: np.ndarray, clab: Any, cov: Any
         info[str(gname)] = dict(units=u, v=v, names=an, active=active, exact=bool(np.nanmax(v) == 0.0), iA=iA,
                                 iB=iB, q=q, key=None if pool_by is None else pool_by.get(gname, pool_by.get(str(gname))))
     return info
+
+
+def _ranked(s: np.ndarray, r: int) -> np.ndarray:
+    """``s`` partitioned so that positions ``r - 2`` and ``r - 1`` (1-based ranks ``r - 1`` and
+    ``r``) hold what ``numpy.sort(s)`` holds there: all that the threshold and the outlier
+    flag read, in linear time rather than a sort."""
+    kth = [k for k in (r - 2, r - 1) if 0 <= k < s.size]
+    return np.partition(s, kth) if kth else s
+
+
+def _stable_rank_index(s: np.ndarray, value: float, r: int) -> int:
+    """The index of the run at 1-based rank ``r`` in the stable ascending order of ``s``
+    (``numpy.argsort(s, kind="stable")[r - 1]``), given its value: among the runs tied at
+    ``value``, the one at position ``r - #(s < value)``, by index."""
+    return int(np.flatnonzero(s == value)[r - 1 - int(np.count_nonzero(s < value))])
+
+
+def _top_scores(s: np.ndarray) -> tuple[float, ...]:
+    """The :data:`TOP_SCORES` largest of ``s``, descending (one partition, a sort of the few)."""
+    k = min(TOP_SCORES, s.size)
+    top = np.partition(s, s.size - k)[s.size - k:] if k else s[:0]
+    return tuple(float(x) for x in np.sort(top)[::-1])
 
 
 def _own_thresholds(ctx: _Ctx) -> list[str]:
@@ -489,11 +512,11 @@ def _own_thresholds(ctx: _Ctx) -> list[str]:
             continue
         s = np.nanmax(v[iB] / q, axis=1)
         r = ctx.rank_of(nB)
-        order = np.argsort(s, kind="stable")
-        ss = s[order]
+        ss = _ranked(s, r)
         thr = float(ss[r - 1])
         with np.errstate(invalid="ignore"):
-            top_stat = an[int(np.nanargmax(v[iB][order[r - 1]] / q))] if len(an) > 1 and thr > 0 else None
+            top_stat = an[int(np.nanargmax(v[iB][_stable_rank_index(s, thr, r)] / q))] \
+                if len(an) > 1 and thr > 0 else None
         odd = _outlier_flags(ctx, gname, ss, r, _score_floor(ctx, d, q), top_stat)
         if rule == "order_statistic":
             guar = _guarantee_pac(a, g, nB, r, clusters=ctx.clusters_declared)
@@ -504,7 +527,7 @@ def _own_thresholds(ctx: _Ctx) -> list[str]:
             guar = (f"marginal (split conformal): P(check of a new correct run fails) <= {a:g} averaged over "
                     "calibration sets; no confidence level; assumes exchangeable units")
             reason = f"split conformal: rank ceil((n+1)(1-a)) = {r} of {nB} scores"
-        top = tuple(float(x) for x in np.sort(s)[::-1][:TOP_SCORES]) if rule == "order_statistic" else ()
+        top = _top_scores(s) if rule == "order_statistic" else ()
         _finish(ctx, gname, thr, rule, guar, q, an, r, nB, reason, top=top, extra_flags=odd)
     return small
 

@@ -264,7 +264,7 @@ def _stat_entry(c: GroupCertificate | None, exc: NotEnoughData | None, a: float,
 def _units_record(units: RunUnits, sel: np.ndarray) -> dict[str, Any]:
     """How a group's runs became independent units (the table records it)."""
     ids = units.ids[sel]
-    return {"n_runs": int(ids.size), "n_units": int(factorize(ids)[0].size), "by": units.by}
+    return {"n_runs": int(ids.size), "n_units": int(factorize(ids, sort=False)[0].size), "by": units.by}
 
 
 def _certificate(c: GroupCertificate | None, exc: NotEnoughData | None, form: str, why: str,

@@ -265,7 +265,9 @@ def split_units(n_units: int, n_fit: int, seed: int = 0) -> tuple[np.ndarray, np
     if n_fit == 0:
         return np.empty(0, dtype=np.int64), np.arange(n_units)
     perm = np.random.default_rng([int(seed), int(n_units)]).permutation(n_units)
-    return np.sort(perm[:n_fit]), np.sort(perm[n_fit:])
+    rest = np.ones(n_units, dtype=bool)
+    rest[perm[:n_fit]] = False
+    return np.sort(perm[:n_fit]), np.flatnonzero(rest)  # B: the sorted complement, without a sort
 
 
 def fit_normalisers(values: np.ndarray, *, quantile: float = 1.0, resolution: Any = None,

@@ -198,13 +198,19 @@ def run_units(ds: xr.Dataset, cluster: str | None = None, groups: np.ndarray | N
         by.append("reference fingerprint")
     if not keys or n < 2:
         return RunUnits(np.arange(n, dtype=np.int64), n, n, "none")
-    coded = [factorize(k)[1] for k in keys]
+    if len(keys) == 1 and keys[0].dtype == np.int64 and n >= 4096:
+        from tolstat._base.label_kernels import shared_hashes
+
+        if not shared_hashes(np.ascontiguousarray(keys[0]).view(np.uint64)).any():
+            # every fingerprint distinct (a bitmap pass, no table of a million values)
+            return RunUnits(np.arange(n, dtype=np.int64), n, n, " and ".join(by))
+    coded = [factorize(k, sort=False)[1] for k in keys]  # grouping only: any numbering
     if len(coded) == 1 and int(coded[0].max()) + 1 == n:  # every key distinct: every run its own unit
         return RunUnits(np.arange(n, dtype=np.int64), n, n, " and ".join(by))
     g = np.zeros(n, dtype=np.int64) if groups is None else np.asarray(groups, dtype=np.int64)
     # one code per distinct (group, key): the key's code within the grid of both (a unit's id
     # below is its first run, so the numbering of the codes does not matter)
-    codes = [factorize(g * (int(kc.max()) + 1) + kc)[1].ravel() for kc in coded]
+    codes = [factorize(g * (int(kc.max()) + 1) + kc, sort=False)[1].ravel() for kc in coded]
     if len(codes) == 1:  # one relation: a unit is a code (codes 0 .. m-1, no components to join)
         comp, n_units = codes[0], int(codes[0].max()) + 1
     else:  # runs joined by any relation: connected components of runs and (group, key) nodes
@@ -219,7 +225,7 @@ def run_units(ds: xr.Dataset, cluster: str | None = None, groups: np.ndarray | N
     first = np.full(int(comp.max()) + 1, n, dtype=np.int64)
     np.minimum.at(first, comp, np.arange(n, dtype=np.int64))
     ids = first[comp]
-    return RunUnits(ids, n, n_units or int(factorize(ids)[0].size), " and ".join(by))
+    return RunUnits(ids, n, n_units or int(factorize(ids, sort=False)[0].size), " and ".join(by))
 
 
 def label_names(ds: xr.Dataset) -> list[str]:
