@@ -133,6 +133,15 @@ class ScaleModel:
             mult = mult * (v / ref) ** beta
         return np.asarray(add, dtype=np.float64), np.asarray(mult, dtype=np.float64)
 
+    def affine(self, cov: Mapping[str, Any]) -> tuple[float, float, float, np.ndarray, np.ndarray] | None:
+        """``(unit, atol, rtol, add, mult)`` with ``s = unit * (atol + rtol*|ref| + add) * mult``
+        (``add``, ``mult`` per run, from ``cov``), as :meth:`scale` computes it; None for
+        ``form="baseline"``, whose scale is not affine in ``|ref|``."""
+        if self.form == "baseline":
+            return None
+        add, mult = self.run_factor(cov)
+        return float(self.unit), float(self.atol), float(self.rtol), add, mult
+
     def scale(self, ref_abs: Any, cov: Mapping[str, Any] | None = None, dtype: Any = None) -> np.ndarray:
         """Noise scale ``s`` of elements with reference magnitudes ``ref_abs``.
 

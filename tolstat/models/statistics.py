@@ -148,6 +148,37 @@ def _sample_blocks(ds: Any, name: str, rows: np.ndarray | None) -> Callable[[Any
     return lambda sel: np.asarray(x[sel], dtype=np.float64)
 
 
+#: numpy's smallest normal float64: the floor of every noise scale (as ``ScaleModel.scale``)
+_TINY_SCALE = float(np.finfo(np.float64).tiny)
+
+
+def _affine_in_place(ds: Any, model: Any, cov: Mapping[str, np.ndarray], ns: np.ndarray,
+                     rows: np.ndarray | None, out: np.ndarray) -> bool:
+    """``max_score`` of the runs into ``out`` by one numba pass over the in-memory float64
+    samples (:func:`tolstat.models.score_kernels.affine_max_scores`), when the model's scale
+    is affine in ``|ref|`` (its ``affine`` terms); False (nothing written) otherwise: a
+    baseline scale, dask-backed or non-float64 samples take the blockwise numpy path."""
+    affine = getattr(model, "affine", None)
+    terms = affine(cov) if callable(affine) else None
+    if terms is None:
+        return False
+    arrays = []
+    for name in ("sample_abs", "sample_ref"):
+        v = ds[name].variable
+        if v.chunks is not None or v.dtype != np.float64 or v.ndim != 2:
+            return False
+        arrays.append(np.ascontiguousarray(v.values))
+    from tolstat.models.score_kernels import affine_max_scores
+
+    unit, atol, rtol, add, mult = terms
+    n = ns.size
+    idx = np.arange(n, dtype=np.intp) if rows is None else np.asarray(rows, dtype=np.intp)
+    per_run = [np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype=np.float64), (n,))) for x in (add, mult)]
+    affine_max_scores(arrays[0], arrays[1], np.asarray(ns, dtype=np.int64), idx,
+                      np.array([unit, atol, rtol, _TINY_SCALE]), per_run[0], per_run[1], out)
+    return True
+
+
 def _score_from_dataset(ds: Any, model: Any = None, rows: np.ndarray | None = None) -> RunScores:
     """Exact normalised run scores from the element samples (see :mod:`tolstat.models.scale`),
     of every run or of the runs at positions ``rows`` (read block by block, no copy of the rest)."""
@@ -161,15 +192,16 @@ def _score_from_dataset(ds: Any, model: Any = None, rows: np.ndarray | None = No
         cov[k] = np.asarray(_run_vector(ds, k, rows), dtype=np.float64)
     dtype = str(ds["dtype"].values[0 if rows is None or not rows.size else rows[0]])
     out = np.empty(ns.size, dtype=np.float64)
-    read_abs, read_ref = _sample_blocks(ds, "sample_abs", rows), _sample_blocks(ds, "sample_ref", rows)
-    for sl in run_blocks(ns.size):  # bounded memory on dask-backed data
-        sel = sl if rows is None else rows[sl]
-        abs_s, ref_s = read_abs(sel), read_ref(sel)
-        mask = sample_mask(abs_s, ns[sl])
-        s = model.scale(ref_s, {k: v[sl] for k, v in cov.items()}, dtype=dtype)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            sc = np.where(mask, abs_s / s, -np.inf)
-        out[sl] = np.max(sc, axis=1) if sc.shape[1] else -np.inf
+    if not _affine_in_place(ds, model, cov, ns, rows, out):
+        read_abs, read_ref = _sample_blocks(ds, "sample_abs", rows), _sample_blocks(ds, "sample_ref", rows)
+        for sl in run_blocks(ns.size):  # bounded memory on dask-backed data
+            sel = sl if rows is None else rows[sl]
+            abs_s, ref_s = read_abs(sel), read_ref(sel)
+            mask = sample_mask(abs_s, ns[sl])
+            s = model.scale(ref_s, {k: v[sl] for k, v in cov.items()}, dtype=dtype)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                sc = np.where(mask, abs_s / s, -np.inf)
+            out[sl] = np.max(sc, axis=1) if sc.shape[1] else -np.inf
     out = np.where(_run_vector(ds, "n_nonfinite", rows) > 0, np.inf, out)
     out = np.maximum(out, 0.0)
     nel = _run_vector(ds, "n_elements", rows)
