@@ -422,3 +422,28 @@ def test_threshold_ranks_equal_the_stable_sort_definition(ties):
                     assert part[k] == full[k]
             assert _stable_rank_index(s, float(full[r - 1]), r) == order[r - 1]
         assert _top_scores(s) == tuple(float(x) for x in np.sort(s)[::-1][:TOP_SCORES])
+
+
+def test_unit_scores_and_statistic_layout_equal_their_numpy_definitions():
+    import warnings
+
+    from tolstat.calibration.units import statistic_layout, unit_scores
+
+    rng = np.random.default_rng(10)
+    for n, k in ((1, 1), (5, 3), (400, 13), (3000, 2)):
+        v = rng.standard_exponential((n, k)) * 10.0 ** rng.integers(-3, 3, k)
+        v[rng.random((n, k)) < 0.3] = np.nan
+        v[rng.random((n, k)) < 0.01] = np.inf
+        v[rng.random((n, k)) < 0.05] = 0.0
+        if n > 1:
+            v[-1] = np.nan  # a unit without any statistic
+            v[:, -1] = np.nan if k > 1 else v[:, -1]  # a statistic no unit has
+        q = rng.uniform(0.5, 2.0, k)
+        rows = rng.permutation(n)[: max(1, n // 2)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # nanmax of the all-NaN unit
+            np.testing.assert_array_equal(unit_scores(v, q), np.nanmax(v / q, axis=1))
+            np.testing.assert_array_equal(unit_scores(v, q, rows), np.nanmax(v[rows] / q, axis=1))
+        has, empty = statistic_layout(v)
+        np.testing.assert_array_equal(has, ~np.isnan(v).all(axis=0))
+        assert empty == int(np.isnan(v).all(axis=1).sum())

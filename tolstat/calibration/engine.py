@@ -78,6 +78,8 @@ from tolstat.calibration.units import (
     fit_normalisers,
     fit_size,
     split_units,
+    statistic_layout,
+    unit_scores,
 )
 
 __all__ = [
@@ -441,12 +443,10 @@ def _group_infos(ctx: _Ctx, m: np.ndarray, glab: np.ndarray, clab: Any, cov: Any
     for gname, sel in _group_rows(glab):
         u = collapse(m[sel], cluster=None if clab is None else clab[sel],
                      covariates=None if cov is None else cov[sel], names=ctx.names, copy=False)
-        missing = np.isnan(u.values)
-        active = ~missing.all(axis=0)
+        active, none = statistic_layout(u.values)
         v = u.values if active.all() else u.values[:, active]  # read only from here on
-        none = missing[:, active].all(axis=1)
-        if none.any():
-            raise ValueError(f"group {gname}: {int(none.sum())} unit(s) have no applicable statistic (all NaN)")
+        if none:
+            raise ValueError(f"group {gname}: {none} unit(s) have no applicable statistic (all NaN)")
         an = tuple(str(x) for x in np.asarray(ctx.names)[active])
         nA = fit_size(u.n, v.shape[1], nmin, fit_fraction=fit_fraction, min_fit=min_fit, max_fit=max_fit)
         if ctx.own_pool and u.n - 1 < nmin and u.n >= 2:
@@ -510,12 +510,12 @@ def _own_thresholds(ctx: _Ctx) -> list[str]:
         if nB < nmin:
             small.append(gname)
             continue
-        s = np.nanmax(v[iB] / q, axis=1)
+        s = unit_scores(v, q, iB)
         r = ctx.rank_of(nB)
         ss = _ranked(s, r)
         thr = float(ss[r - 1])
         with np.errstate(invalid="ignore"):
-            top_stat = an[int(np.nanargmax(v[iB][_stable_rank_index(s, thr, r)] / q))] \
+            top_stat = an[int(np.nanargmax(v[iB[_stable_rank_index(s, thr, r)]] / q))] \
                 if len(an) > 1 and thr > 0 else None
         odd = _outlier_flags(ctx, gname, ss, r, _score_floor(ctx, d, q), top_stat)
         if rule == "order_statistic":

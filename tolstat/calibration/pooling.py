@@ -21,7 +21,7 @@ from scipy import stats as _st
 
 from tolstat._base.inference import clopper_pearson_upper, holm
 from tolstat.calibration.certificate import _Ctx, _finish, _guarantee_pac, _max_bound, _outlier_flags, _score_floor
-from tolstat.calibration.units import fit_normalisers, split_units
+from tolstat.calibration.units import fit_normalisers, split_units, unit_scores
 from tolstat.models.estimators.orderstat import order_statistic_min_n, order_statistic_rank
 
 __all__ = ["POOL_TAIL_LEVELS", "LEND_MAX_RAISE"]
@@ -115,7 +115,7 @@ def _pool_scores(ctx: _Ctx, members: list[str], cols: list[int], names_union: tu
         resolution=dict(zip(names_union, ctx.floors[cols])), names=names_union)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        scores = {gn: np.nanmax(calparts[gn] / qP, axis=1) for gn in members}
+        scores = {gn: unit_scores(calparts[gn], qP) for gn in members}
     return qP, scores, {gn: int(calparts[gn].shape[0]) for gn in members}
 
 
@@ -134,7 +134,7 @@ def _own_positive_scores(ctx: _Ctx, members: list[str], level: float) -> dict[st
     out = {}
     for gn in members:
         d = ctx.info[gn]
-        s_all = np.nanmax(d["v"] / d["q"], axis=1)
+        s_all = unit_scores(d["v"], d["q"])
         lp = np.sort(np.log(s_all[s_all > 0]))
         d["loc"] = float(np.median(lp)) if lp.size else 0.0
         d["loc_upper"] = (float(lp[int(order_statistic_rank(lp.size, 0.5, level)[0]) - 1])
@@ -372,7 +372,7 @@ def _pool_own(ctx: _Ctx, members: list[str], need_here: list[str], *, min_pool: 
         if a_c < 1.0 and scores[s].size < min_test_units:
             # few inexact units: the test refuses only a far heavier tail, so the threshold is
             # at least the group's own largest calibration score, whose promise needs no pool
-            s_own = float(np.nanmax(d["v"][d["iB"]] / d["q"], axis=1).max())
+            s_own = float(unit_scores(d["v"], d["q"], d["iB"]).max())
             if s_own > thr:
                 thr, own_max = s_own, f"; raised to its own largest calibration score {s_own:.6g}"
             weak = (f" The test ran on only {scores[s].size} positive scores (fewer than min_test_units = "
