@@ -3,7 +3,12 @@
 Builds an error dataset of ``--runs`` runs (default 1e6) with operator statistics: 2000 runs
 of a float16 kernel are collected with ``tolstat.from_pairs`` (a magnitude given, 8 element
 samples per run) and tiled, with a random multiplicative jitter on every per-run error
-variable so that no two runs are duplicates. In the same process it times
+variable so that no two runs are duplicates, and **a fresh reference fingerprint per run**:
+a million independent runs, each its own unit, as a million runs on fresh inputs are. The
+same runs with the tiled fingerprints (2,000 references, each shared by 500 runs: 500
+units per group of 250,000 runs, each unit of 500 runs) are timed too (``shared
+references``): there the scale forms' fitting units hold 100,000 runs per group, and their
+quantile regressions run at their 20,000-point cap. In the same process it times
 
 * ``select(ds, fp_budget=0.01)`` (default: form "auto" -> the operator combined score,
   certified with clusters/pooling machinery), and
@@ -96,15 +101,21 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "results" / "select.json"))
     args = ap.parse_args()
     load0 = os.getloadavg()
-    t_build, ds = timed(lambda: dataset(args.runs, args.groups))
+    t_build, shared = timed(lambda: dataset(args.runs, args.groups))  # 2,000 references, tiled
+    # every run its own reference, as runs on fresh inputs: a million units
+    ds = shared.assign(ref_fingerprint=("run", np.random.default_rng(1).integers(-2**62, 2**62, args.runs)))
+    ds["ref_fingerprint"].attrs = shared["ref_fingerprint"].attrs
     # the same runs as plain (actual, expected) pairs give them: no operator statistics
-    plain = ds.drop_vars([v for v in ds.data_vars if ds[v].attrs.get("role") == "op_statistic"])
+    plain, plain_shared = (d.drop_vars([v for v in d.data_vars if d[v].attrs.get("role") == "op_statistic"])
+                           for d in (ds, shared))
     calls = {"one pass": lambda: one_pass(ds),
              "default": lambda: tolstat.select(ds, fp_budget=0.01),
              "default, plain pairs": lambda: tolstat.select(plain, fp_budget=0.01),
              "size_aware": lambda: tolstat.select(ds, fp_budget=0.01, form="size_aware"),
              "allclose": lambda: tolstat.select(ds, fp_budget=0.01, form="allclose"),
-             "form=None": lambda: tolstat.select(ds, fp_budget=0.01, form=None)}
+             "form=None": lambda: tolstat.select(ds, fp_budget=0.01, form=None),
+             "default, shared references": lambda: tolstat.select(shared, fp_budget=0.01),
+             "default, plain pairs, shared references": lambda: tolstat.select(plain_shared, fp_budget=0.01)}
     times = {k: [] for k in calls}
     out = {}
     with warnings.catch_warnings():
@@ -116,7 +127,9 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     t2 = out["default"]
     res = {
-        "runs": args.runs, "groups": args.groups, "build_s": t_build, "repeats": args.repeats,
+        "runs": args.runs, "groups": args.groups, "units": int(np.unique(ds["ref_fingerprint"].values).size),
+        "units_shared_references": int(np.unique(shared["ref_fingerprint"].values).size),
+        "build_s": t_build, "repeats": args.repeats,
         "size_aware_s": med["size_aware"], "default_s": med["default"],
         "ratio_default_over_size_aware": med["default"] / med["size_aware"],
         "one_pass_s": med["one pass"],
