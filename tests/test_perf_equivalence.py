@@ -297,7 +297,7 @@ def _labels(rng, kind, n):
     if kind == "int8":
         return rng.integers(-128, 127, n, dtype=np.int8)
     if kind == "dense":  # a group's run indices: a spread-out subset of a larger range (counted)
-        return np.sort(rng.choice(8 * n + 1, n, replace=False)) if n else np.zeros(0, dtype=np.int64)
+        return np.sort(rng.choice(3 * n + 1, n, replace=False)) if n else np.zeros(0, dtype=np.int64)
     if kind == "int64_edge":  # a small range at the bottom of int64 (counted; offsets must not wrap)
         return np.iinfo(np.int64).min + rng.integers(0, 50, n)
     if kind == "uint64_edge":  # a small range at the top of uint64

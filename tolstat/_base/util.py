@@ -274,8 +274,9 @@ def factorize(values: Any, *, sort: bool = True) -> tuple[np.ndarray, np.ndarray
     :func:`pandas.factorize` directly (``str`` hashing and equality). An integer or
     boolean array (unit ids, codes) is grouped by :func:`pandas.factorize` (exact integer
     equality) and only its distinct values are sorted; integers spanning a range of at
-    most ``8 * size + 65536`` values are counted instead (``numpy.bincount``: no hashing,
-    no sort). Other arrays (floats, whose ``-0.0``/``NaN`` rules are numpy's own, other
+    most ``4 * size + 65536`` values (and at most 2**24) are counted instead
+    (``numpy.bincount``: no hashing, no sort; about 17 bytes of temporaries per value of
+    the range). Other arrays (floats, whose ``-0.0``/``NaN`` rules are numpy's own, other
     objects, small arrays) call ``numpy.unique``.
 
     Parameters
@@ -300,7 +301,7 @@ def factorize(values: Any, *, sort: bool = True) -> tuple[np.ndarray, np.ndarray
 
     if a.dtype.kind in "iu":
         lo, hi = int(a.min()), int(a.max())
-        if hi - lo <= 8 * a.size + 65536:  # dense integers (codes, run indices): count them
+        if hi - lo <= min(4 * a.size + 65536, 1 << 24):  # dense integers (codes, run indices): count them
             # offsets from the minimum, without wrapping: unsigned values are >= it, and
             # signed ones (a narrow type would wrap) are widened to int64 first
             off = np.asarray(a - a.dtype.type(lo) if a.dtype.kind == "u" else a.astype(np.int64) - lo,
