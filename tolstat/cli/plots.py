@@ -78,7 +78,11 @@ def plot_error_histograms(result: "EvalResult", path: str | os.PathLike[str], dt
         lo = max(v.min(), v.max() * 1e-9)  # a few underflowed runs would squash the rest
         v = np.maximum(v, lo)
         bins = np.logspace(np.log10(lo) - 0.1, np.log10(v.max()) + 0.6, 40)
-        ax.hist(v, bins=bins, density=False, alpha=0.6, color="C0", label="calibration runs")
+        # one filled outline per panel, not a patch per bin; no minor ticks on the log axis:
+        # drawing 40 bars and a log axis's minor ticks in each of 26 panels was most of
+        # the plots' time (3.7-4.0 s CPU against 2.1-2.4 s, the same picture but the ticks)
+        ax.hist(v, bins=bins, density=False, alpha=0.6, color="C0", label="calibration runs",
+                histtype="stepfilled")
         for m in result.methods:
             t = result.threshold_for(m.name, op, dtype)
             if t is not None and np.isfinite(t) and t > 0:
@@ -87,7 +91,7 @@ def plot_error_histograms(result: "EvalResult", path: str | os.PathLike[str], dt
         if tail is not None:
             ax.stairs(tail[1], tail[0], color="k", lw=1.2, label="GPD tail fit (top 20%)")
         ax.set_xscale("log")
-        ax.xaxis.set_minor_formatter(plt.NullFormatter())
+        ax.xaxis.set_minor_locator(plt.NullLocator())
         ax.set_title(f"{op} ({dtype})", fontsize=9)
         ax.tick_params(labelsize=7)
     for ax in axes.ravel()[len(ops):]:
