@@ -49,7 +49,8 @@ import numpy as np
 from tolstat._base.dtypes import target_dtype
 from tolstat.dataset.schema import fit_counts
 from tolstat._base.validate import unit_interval
-from tolstat.models.statistics import MAX_STATISTICS, RUN_BLOCK, RunScores, run_blocks, sample_mask
+from tolstat.models.statistics import (MAX_STATISTICS, RUN_BLOCK, SCALE_FLOOR, RunScores, sample_blocks,
+                                       run_blocks, sample_mask)
 from tolstat.models.statistics import get as get_statistic
 
 __all__ = [
@@ -67,7 +68,7 @@ __all__ = [
 #: Supported noise-scale forms (``None`` = plain statistic, no scale model).
 FORMS = ("allclose", "size_aware", "normalised", "baseline")
 
-_TINY = np.finfo(np.float64).tiny
+_TINY = SCALE_FLOOR
 
 
 # --------------------------------------------------------------------------- model
@@ -462,6 +463,7 @@ def _element_subsample(ds: Any, max_points: int, rng: np.random.Generator
     total = int(ns.sum())
     take_all = total <= max_points
     out_a, out_r, out_rows = [], [], []
+    read_abs, read_ref = sample_blocks(ds, "sample_abs", None), sample_blocks(ds, "sample_ref", None)
     for sl in run_blocks(ns.size):
         nb = ns[sl]
         valid_b = int(nb.sum())
@@ -470,8 +472,7 @@ def _element_subsample(ds: Any, max_points: int, rng: np.random.Generator
         want = valid_b if take_all else int(round(max_points * valid_b / total))
         if want == 0:
             continue
-        abs_s = np.asarray(ds["sample_abs"].variable.isel(run=sl).values, dtype=np.float64)
-        ref_s = np.asarray(ds["sample_ref"].variable.isel(run=sl).values, dtype=np.float64)
+        abs_s, ref_s = read_abs(sl), read_ref(sl)
         rows, cols = np.nonzero(sample_mask(abs_s, nb))
         if rows.size > want:
             pick = np.sort(rng.choice(rows.size, size=want, replace=False))

@@ -138,7 +138,7 @@ def _run_vector(ds: Any, name: str, rows: np.ndarray | None) -> np.ndarray:
     return x if rows is None else x[rows]
 
 
-def _sample_blocks(ds: Any, name: str, rows: np.ndarray | None) -> Callable[[Any], np.ndarray]:
+def sample_blocks(ds: Any, name: str, rows: np.ndarray | None) -> Callable[[Any], np.ndarray]:
     """Reader of an element-sample variable by blocks of runs (a slice, or positions in
     ``rows``) as float64: dask-backed data read block by block, in-memory data indexed."""
     v = ds[name].variable
@@ -148,8 +148,9 @@ def _sample_blocks(ds: Any, name: str, rows: np.ndarray | None) -> Callable[[Any
     return lambda sel: np.asarray(x[sel], dtype=np.float64)
 
 
-#: numpy's smallest normal float64: the floor of every noise scale (as ``ScaleModel.scale``)
-_TINY_SCALE = float(np.finfo(np.float64).tiny)
+#: numpy's smallest normal float64: the floor of every noise scale (``ScaleModel.scale``'s
+#: and the dataset scores' alike)
+SCALE_FLOOR = float(np.finfo(np.float64).tiny)
 
 
 def _affine_in_place(ds: Any, model: Any, cov: Mapping[str, np.ndarray], ns: np.ndarray,
@@ -175,7 +176,7 @@ def _affine_in_place(ds: Any, model: Any, cov: Mapping[str, np.ndarray], ns: np.
     idx = np.arange(n, dtype=np.intp) if rows is None else np.asarray(rows, dtype=np.intp)
     per_run = [np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype=np.float64), (n,))) for x in (add, mult)]
     affine_max_scores(arrays[0], arrays[1], np.asarray(ns, dtype=np.int64), idx,
-                      np.array([unit, atol, rtol, _TINY_SCALE]), per_run[0], per_run[1], out)
+                      np.array([unit, atol, rtol, SCALE_FLOOR]), per_run[0], per_run[1], out)
     return True
 
 
@@ -193,7 +194,7 @@ def _score_from_dataset(ds: Any, model: Any = None, rows: np.ndarray | None = No
     dtype = str(ds["dtype"].values[0 if rows is None or not rows.size else rows[0]])
     out = np.empty(ns.size, dtype=np.float64)
     if not _affine_in_place(ds, model, cov, ns, rows, out):
-        read_abs, read_ref = _sample_blocks(ds, "sample_abs", rows), _sample_blocks(ds, "sample_ref", rows)
+        read_abs, read_ref = sample_blocks(ds, "sample_abs", rows), sample_blocks(ds, "sample_ref", rows)
         for sl in run_blocks(ns.size):  # bounded memory on dask-backed data
             sel = sl if rows is None else rows[sl]
             abs_s, ref_s = read_abs(sel), read_ref(sel)
