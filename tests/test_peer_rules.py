@@ -65,6 +65,67 @@ def test_dynamo_allclose_to_eager_passes_first():
     assert _score(rule, _one_run(peer_rmse=math.nan, peer_eager_rmse=1e-3, peer_eager_close=math.inf)) == math.inf
 
 
+def _peer_variables_numpy(eager, ref, out, dtype):
+    """The peer variables by their numpy expressions, term by term (the definition the
+    one-pass kernel of EagerBaseline must equal, bit for bit)."""
+    from tolstat._base.dtypes import round_to_format
+
+    e = np.asarray(eager).astype(np.float64)
+    r = np.asarray(ref, dtype=np.float64)
+    lp = round_to_format(r, dtype).astype(np.float64)
+    a = np.asarray(out).astype(np.float64)
+
+    def rmse(x):
+        d = (r - x).ravel()
+        return float(np.sqrt(np.dot(d, d) / d.size)) if d.size else 0.0
+
+    def max_abs_lp(x):
+        if np.isfinite(x).all() and np.isfinite(lp).all():
+            return float(np.abs(x - lp).max()) if x.size else 0.0
+        v = np.abs(np.where(x == lp, 0.0, x - lp))
+        return 0.0 if not v.size else (math.inf if np.isnan(v).any() else float(v.max()))
+
+    close = np.abs(e - a) / (1.0 + np.abs(a))
+    if not (np.isfinite(a).all() and np.isfinite(e).all()):
+        close = np.where(e == a, 0.0, np.where(np.isfinite(e) & np.isfinite(a), close, np.inf))
+    return {"peer_rmse": rmse(a), "peer_eager_rmse": rmse(e), "peer_eager_max_abs_lp": max_abs_lp(e),
+            "peer_eager_close": float(close.max()) if close.size else 0.0, "peer_max_abs_lp": max_abs_lp(a)}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("special", ["none", "nan_out", "inf_both", "inf_eager", "nan_ref", "inf_ref", "neg_zero"])
+@pytest.mark.parametrize("shape", [(0,), (1,), (7, 33), (4, 5, 6)])
+def test_eager_baseline_variables_equal_their_numpy_expressions(dtype, special, shape):
+    from tolstat._base.dtypes import round_to_format
+
+    rng = np.random.default_rng([len(shape), len(special), len(dtype)])
+    ref = rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 3, shape)
+    eager = round_to_format(ref * (1 + 1e-3 * rng.standard_normal(shape)), dtype)
+    out = round_to_format(ref * (1 + 1e-2 * rng.standard_normal(shape)), dtype)
+    if out.size:
+        flat_o, flat_e, flat_r = out.reshape(-1), eager.reshape(-1), ref.reshape(-1)
+        if special == "nan_out":
+            flat_o[-1] = np.nan
+        elif special == "inf_both":
+            flat_o[0] = flat_e[0] = -np.inf
+        elif special == "inf_eager":
+            flat_e[0] = np.inf
+        elif special == "nan_ref":
+            flat_r[0] = np.nan
+        elif special == "inf_ref":
+            flat_r[0] = np.inf
+            flat_o[0] = np.inf
+        elif special == "neg_zero":
+            flat_o[:] = -0.0
+            flat_e[:] = 0.0
+            flat_r[:] = 0.0
+    out_t = np.asfortranarray(out) if out.ndim > 1 else out  # a non-C-ordered output is compared element by element
+    got = EagerBaseline(eager, ref, dtype).variables(out_t)
+    want = _peer_variables_numpy(eager, ref, out, dtype)
+    for k, v in want.items():
+        assert (math.isnan(v) and math.isnan(got[k])) or (got[k] == v and math.copysign(1, got[k]) == math.copysign(1, v)), (k, got[k], v)
+
+
 def test_eager_baseline_variables_in_closed_form():
     ref = np.zeros(1000)
     eager = np.full(1000, 2.0**-10, dtype=np.float16)

@@ -407,14 +407,6 @@ def _lp(x: np.ndarray, dtype: str) -> np.ndarray:
     return round_to_format(np.asarray(x, dtype=np.float32), dtype).astype(np.float64)
 
 
-def _max_abs_nan_inf(d: np.ndarray) -> float:
-    """``max |d|`` with NaN counted as infinite (a NaN output fails every comparison)."""
-    if d.size == 0:
-        return 0.0
-    a = np.abs(d)
-    return math.inf if np.isnan(a).any() else float(a.max())
-
-
 class EagerBaseline:
     """The eager kernel's output on one case, and the peer variables of runs on that case.
 
@@ -448,39 +440,30 @@ class EagerBaseline:
             u = _lp(t - third, self.dtype).astype(np.float32)
             v = _lp(u - x, self.dtype)
             fa = 2.0 * float(np.abs(v).max()) if v.size else 0.0  # NaN (an infinite ref_lp) propagates
-        self.eager_finite = bool(np.isfinite(self.eager).all())
-        self.ref_lp_finite = bool(np.isfinite(self.ref_lp).all())
-        self.case = {"peer_eager_rmse": self._rmse(self.eager),
-                     "peer_eager_max_abs_lp": self._max_abs_lp(self.eager, self.eager_finite), "peer_fa_atol": fa}
+        # flat C-order copies for the one-pass kernel (tolstat.assess.peer_kernels)
+        self._flat = tuple(np.ascontiguousarray(x).ravel() for x in (self.eager, self.ref, self.ref_lp))
+        rmse, _, lp = self._pass(self._flat[0])
+        self.case = {"peer_eager_rmse": rmse, "peer_eager_max_abs_lp": lp, "peer_fa_atol": fa}
 
-    def _rmse(self, out: np.ndarray) -> float:
-        if not out.size:
-            return 0.0
-        with np.errstate(all="ignore"):
-            d = (self.ref - out).ravel()
-            return float(np.sqrt(np.dot(d, d) / d.size))  # NaN and inf propagate
+    def _pass(self, a: np.ndarray) -> tuple[float, float, float]:
+        """``(rmse, close, max_abs_lp)`` of the flat float64 output ``a``: one kernel pass,
+        then numpy's sum of squares of ``ref - a`` (NaN and inf propagate into the RMSE)."""
+        from tolstat.assess.peer_kernels import peer_pass
 
-    def _max_abs_lp(self, out: np.ndarray, finite: bool) -> float:
+        eager, ref, ref_lp = self._flat
+        d = np.empty_like(a)
+        close, lp = peer_pass(a, eager, ref, ref_lp, d)
         with np.errstate(all="ignore"):
-            if finite and self.ref_lp_finite:
-                return float(np.abs(out - self.ref_lp).max()) if out.size else 0.0
-            return _max_abs_nan_inf(np.where(out == self.ref_lp, 0.0, out - self.ref_lp))
+            rmse = float(np.sqrt(np.dot(d, d) / d.size)) if d.size else 0.0
+        return rmse, float(close), float(lp)
 
     def variables(self, actual: Any) -> dict[str, float]:
         """The :data:`PEER_VARIABLES` of ``actual``, an output on the same case."""
         a = np.asarray(actual).astype(np.float64)
         if a.shape != self.ref.shape:
             raise ValueError(f"output shape {a.shape} != reference shape {self.ref.shape}")
-        e = self.eager
-        finite = bool(np.isfinite(a).all())
-        with np.errstate(all="ignore"):
-            close = np.abs(e - a) / (1.0 + np.abs(a))
-            if not (finite and self.eager_finite):
-                same = e == a  # equal values, equal infinities included, are close (torch.isclose)
-                close = np.where(same, 0.0, np.where(np.isfinite(e) & np.isfinite(a), close, np.inf))
-        return {"peer_rmse": self._rmse(a), **self.case,
-                "peer_eager_close": float(close.max()) if close.size else 0.0,
-                "peer_max_abs_lp": self._max_abs_lp(a, finite)}
+        rmse, close, lp = self._pass(np.ascontiguousarray(a).ravel())
+        return {"peer_rmse": rmse, **self.case, "peer_eager_close": close, "peer_max_abs_lp": lp}
 
 
 def _peer_values(ds: xr.Dataset, rule: str, names: Sequence[str]) -> dict[str, np.ndarray]:
