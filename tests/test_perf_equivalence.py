@@ -29,23 +29,28 @@ def _draw(rng, kind, n):
         d[rng.random(n) < 0.1] = np.inf
         r[rng.random(n) < 0.1] = np.inf
         return d, r
-    if kind == "long_front":  # error falling with |ref|: most elements on the front
+    if kind == "long_front":  # error growing with |ref| (as for a relative error): most elements on the front
         r = rng.random(n)
-        return 1.0 - r + 1e-9 * rng.random(n), r
+        return r + 1e-9 * rng.random(n), r
+    if kind == "long_front_ties":  # the same on a lattice of |ref| values: runs of equal r on the front
+        r = rng.integers(0, max(n // 4, 1), n) / max(n // 4, 1)
+        return r + 1e-9 * rng.random(n), r
     d, r = np.abs(rng.standard_normal(n)), np.abs(rng.standard_normal(n))
     r[rng.random(n) < 0.3] = 0.0
     r[rng.random(n) < 0.2] = -0.0  # ties with +0.0
     return d, r
 
 
-@pytest.mark.parametrize("kind", ["continuous", "ties", "nonfinite", "long_front", "zeros"])
+@pytest.mark.parametrize("kind", ["continuous", "ties", "nonfinite", "long_front", "long_front_ties", "zeros"])
 def test_pareto_frontier_equals_lexsort_definition(kind):
     rng = np.random.default_rng(7)
-    for n in list(range(1, 40)) + [500, 5000]:
+    for n in list(range(1, 40)) + [500, 5000, 70000]:  # 70,000: buckets of more than 16 candidates
         d, r = _draw(rng, kind, n)
         got = pareto_frontier(d, r)
         np.testing.assert_array_equal(got, _front_definition(d, r))
         assert got.dtype == np.int64
+        if kind.startswith("long_front") and n >= 500:
+            assert got.size > n // 8  # the long-front paths of the kernel are the ones compared
 
 
 def _dup_definition(columns, rows):

@@ -427,6 +427,20 @@ def pareto_frontier(abs_err: np.ndarray, ref_abs: np.ndarray) -> np.ndarray:
                          np.asarray(ref_abs, dtype=np.float64).ravel())
 
 
+@numba.njit(cache=True, inline="always")
+def _front_r(v: float) -> float:  # pragma: no cover - numba
+    """The front's ``r`` of an ``|expected|`` value: NaN counts as +inf, -0.0 as +0.0."""
+    return (np.inf if v != v else v) + 0.0  # + 0.0: -0.0 becomes +0.0
+
+
+@numba.njit(cache=True, inline="always")
+def _front_key(r: float, buf: np.ndarray, bits: np.ndarray) -> np.int64:  # pragma: no cover - numba
+    """An int64 ordered like the float ``r`` (``bits`` a view of the one-slot ``buf``)."""
+    buf[0] = r
+    b = bits[0]
+    return b ^ ((b >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))
+
+
 @numba.njit(cache=True)
 def _front_kernel(d: np.ndarray, r_in: np.ndarray) -> np.ndarray:  # pragma: no cover - numba
     """Sorted indices of the Pareto front (see :func:`pareto_frontier`).
@@ -440,20 +454,18 @@ def _front_kernel(d: np.ndarray, r_in: np.ndarray) -> np.ndarray:  # pragma: no 
     order (largest ``d``, then smallest index) can exceed the running maximum, which
     equals the running maximum over all elements, and a NaN ``d`` (sorted last among
     equal ``r``) makes it NaN: no later element is on the front.
+
+    ``r``, its ordered key and its bucket are recomputed where they are read instead of
+    held in arrays of the run's size: a large run's record then holds three arrays fewer
+    at its peak (memory the allocator faults in again on every run).
     """
     n = r_in.size
-    r = np.empty(n)
-    for i in range(n):
-        v = r_in[i]
-        r[i] = (np.inf if v != v else v) + 0.0  # + 0.0: -0.0 becomes +0.0
-    keys = np.empty(n, dtype=np.int64)
+    one = np.empty(1)
+    one_bits = one.view(np.int64)
     kmin = np.int64(0)
     kmax = np.int64(0)
-    rb = r.view(np.int64)
     for i in range(n):
-        b = rb[i]
-        k = b ^ ((b >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))  # ordered like the floats
-        keys[i] = k
+        k = _front_key(_front_r(r_in[i]), one, one_bits)
         if i == 0 or k < kmin:
             kmin = k
         if i == 0 or k > kmax:
@@ -465,11 +477,9 @@ def _front_kernel(d: np.ndarray, r_in: np.ndarray) -> np.ndarray:  # pragma: no 
     shift = np.uint64(0)
     while (span >> shift) >= np.uint64(nb):
         shift += np.uint64(1)
-    bucket = np.empty(n, dtype=np.int64)
     bmax = np.full(nb, -np.inf)
     for i in range(n):
-        bb = np.int64(np.uint64(keys[i] - kmin) >> shift)
-        bucket[i] = bb
+        bb = np.int64(np.uint64(_front_key(_front_r(r_in[i]), one, one_bits) - kmin) >> shift)
         if d[i] > bmax[bb]:
             bmax[bb] = d[i]
     before = np.empty(nb)  # largest d of the earlier buckets
@@ -478,29 +488,32 @@ def _front_kernel(d: np.ndarray, r_in: np.ndarray) -> np.ndarray:  # pragma: no 
         before[bb] = run
         if bmax[bb] > run:
             run = bmax[bb]
-    cand = np.empty(n, dtype=np.int64)
+    cand = np.empty(n, dtype=np.int64)  # only the first nc slots are written (and their pages touched)
+    cbk = np.empty(n, dtype=np.int64)  # each candidate's bucket
     nc = 0
     for i in range(n):
         di = d[i]
-        if di != di or di > before[bucket[i]]:
+        bb = np.int64(np.uint64(_front_key(_front_r(r_in[i]), one, one_bits) - kmin) >> shift)
+        if di != di or di > before[bb]:
             cand[nc] = i
+            cbk[nc] = bb
             nc += 1
     cand = cand[:nc]
     if nc <= 256:
         rc = np.empty(nc)
         for t in range(nc):
-            rc[t] = r[cand[t]]
+            rc[t] = _front_r(r_in[cand[t]])
         order = cand[np.argsort(rc)]
     else:  # a long front: the candidates by bucket (buckets are ordered like r), each bucket sorted
         start = np.zeros(nb + 1, dtype=np.int64)
         for t in range(nc):
-            start[bucket[cand[t]] + 1] += 1
+            start[cbk[t] + 1] += 1
         for bb in range(nb):
             start[bb + 1] += start[bb]
         fill = start[:nb].copy()
         order = np.empty(nc, dtype=np.int64)
         for t in range(nc):
-            bb = bucket[cand[t]]
+            bb = cbk[t]
             order[fill[bb]] = cand[t]
             fill[bb] += 1
         for bb in range(nb):
@@ -510,16 +523,16 @@ def _front_kernel(d: np.ndarray, r_in: np.ndarray) -> np.ndarray:  # pragma: no 
                 seg = order[lo:hi].copy()
                 rs = np.empty(hi - lo)
                 for t in range(hi - lo):
-                    rs[t] = r[seg[t]]
+                    rs[t] = _front_r(r_in[seg[t]])
                 srt = np.argsort(rs)
                 for t in range(hi - lo):
                     order[lo + t] = seg[srt[t]]
             else:  # insertion sort by r
                 for t in range(lo + 1, hi):
                     k = order[t]
-                    rk = r[k]
+                    rk = _front_r(r_in[k])
                     u = t - 1
-                    while u >= lo and r[order[u]] > rk:
+                    while u >= lo and _front_r(r_in[order[u]]) > rk:
                         order[u + 1] = order[u]
                         u -= 1
                     order[u + 1] = k
@@ -529,12 +542,12 @@ def _front_kernel(d: np.ndarray, r_in: np.ndarray) -> np.ndarray:  # pragma: no 
     stopped = False
     i = 0
     while i < nc:
-        ri = r[order[i]]
+        ri = _front_r(r_in[order[i]])
         best = -1
         bestd = 0.0
         has_nan = False
         j = i
-        while j < nc and r[order[j]] == ri:
+        while j < nc and _front_r(r_in[order[j]]) == ri:
             k = order[j]
             dk = d[k]
             if dk != dk:
