@@ -28,6 +28,26 @@ def _variants(seed: int, n_inputs: int, k: int, corr: float = 0.9, declare: bool
     return tolstat.from_pairs(pairs, op="mm", dtype="fp16", hardware=HW, options=tolstat.CollectOptions(progress=False))
 
 
+def _fingerprint_definition(expected):
+    import hashlib
+
+    e = np.ascontiguousarray(np.asarray(expected, dtype=np.float64)) + 0.0
+    h = hashlib.blake2b(digest_size=8)
+    h.update(repr(tuple(int(x) for x in e.shape)).encode())
+    h.update(e.tobytes())
+    return int.from_bytes(h.digest(), "little", signed=True)
+
+
+@pytest.mark.parametrize("case", ["scalar", "empty", "one", "block", "blocks", "transposed", "float32", "neg_zero"])
+def test_reference_fingerprint_is_blake2b_of_shape_and_float64_bytes(case):
+    rng = np.random.default_rng(3)
+    e = {"scalar": np.float64(-0.0), "empty": np.zeros((0, 4)), "one": np.array([1.5]),
+         "block": rng.standard_normal(8192), "blocks": rng.standard_normal((3, 8192 + 17)),
+         "transposed": rng.standard_normal((300, 70)).T, "float32": rng.standard_normal(20000).astype(np.float32),
+         "neg_zero": np.where(rng.random(30000) < 0.5, -0.0, 1.0)}[case]
+    assert reference_fingerprint(e) == _fingerprint_definition(e)
+
+
 def test_reference_fingerprint_identifies_identical_references():
     a = np.arange(6.0).reshape(2, 3)
     assert reference_fingerprint(a) == reference_fingerprint(a.copy())

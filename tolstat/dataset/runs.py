@@ -257,14 +257,25 @@ def _record(actual: Any, expected: Any, i: int, *, op: str, dtype: str, hardware
                                                                       covariates=covariates, rowwise=rowwise)
             except (ValueError, TypeError) as exc:
                 raise type(exc)(f"{exc} ({_DERIVE_HINT.format(op=op)})") from exc
+        # the operator statistics first, and their magnitude dropped, so that their
+        # temporaries and the metrics' arrays are never held at once: a run's peak memory
+        # is what the allocator takes back from the system and faults in again on the
+        # next run (a third of a large run's record time)
+        try:
+            op_stats = _op_stats(actual, expected, magnitude, dtype=dtype, op=op,
+                                 covariates=covariates, rowwise=rowwise)
+        except (ValueError, TypeError, KeyError):
+            # a pair the metrics refuse (shapes, dtypes, a NaN reference) is reported as the metrics report it
+            error_metrics(actual, expected, dtype=dtype, rel_floor=rel_floor, allow_nan=allow_nan)
+            raise
+        del magnitude
         m = error_metrics(actual, expected, dtype=dtype, rel_floor=rel_floor, allow_nan=allow_nan)
-        op_stats = _op_stats(actual, expected, magnitude, dtype=dtype, op=op,
-                             covariates=covariates, rowwise=rowwise)
     except (ValueError, TypeError, KeyError) as exc:
         raise _with_run(exc, i) from exc
     rec = summarize_run(m, op=op, hardware=hardware, platform=platform, seed=seed,
                         run_index=i, labels=labels, covariates=covariates,
                         sample_size=sample_size, rng=rng)
+    del m  # the record holds copies of its samples: the metrics' arrays are freed before the fingerprint
     rec.op_stats = op_stats
     rec.op_rowwise = bool(rowwise) if op_stats else None
     rec.op_magnitude = source if op_stats else None
