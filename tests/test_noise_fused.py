@@ -130,3 +130,94 @@ def test_invariant_scales_of_both_shapes_equal_noise_scale_bit_for_bit():
             np.testing.assert_array_equal(got[j][1].view(np.int64), np.where(fin, s, 1.0).view(np.int64))
             np.testing.assert_array_equal(got[j][2], fin)
             np.testing.assert_array_equal(got[j][0], a64)
+
+
+def _invariants_numpy(a, e, mag, op, row_axis, K=30.0, dtype="float16"):
+    """Both shapes' invariants by their numpy definition (the scales, then invariant_values)."""
+    from tolstat.measure.invariants import invariant_values, invariants
+
+    scales = noise._invariant_scales(a, e, mag, dtype=dtype, K=K, acc_dtype="float32")
+    return tuple(invariant_values(a64, np.asarray(e, dtype=np.float64), s, fin, row_axis, invariants(op), op)
+                 for a64, s, fin in scales)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "layer_norm", "rms_norm"])
+@pytest.mark.parametrize("shape,row_axis", [((12, 30), -1), ((5, 7, 9), 1), ((6, 50), 0), ((64,), -1), ((), -1)])
+@pytest.mark.parametrize("mag_kind", ["none", "full", "broadcast"])
+@pytest.mark.parametrize("special", ["none", "matched_inf", "nan_both", "zero_ref", "zero_row", "mag_inf"])
+def test_fused_invariants_equal_their_numpy_definition(op, shape, row_axis, mag_kind, special):
+    rng = np.random.default_rng([len(op), len(shape), len(mag_kind), len(special)])
+    e = np.asarray(rng.standard_normal(shape) * np.exp(rng.uniform(-3, 3, shape)))
+    a = np.asarray((e + 1e-3 * np.abs(e) * rng.standard_normal(shape)).astype(np.float16), dtype=np.float64)
+    if e.size:
+        ef, af = e.reshape(-1), a.reshape(-1)
+        if special == "matched_inf":
+            ef[0] = af[0] = np.inf
+        elif special == "nan_both":
+            ef[-1] = af[-1] = np.nan
+        elif special == "zero_ref":  # masked positions: a zero reference, an output that is zero or not
+            ef[::3] = 0.0
+            af[::6] = 1e-3
+            af[3::6] = 0.0
+        elif special == "zero_row":
+            a[...] = e
+    mag = {"none": None, "full": np.abs(e) + np.abs(rng.standard_normal(shape)),
+           "broadcast": np.abs(rng.standard_normal(shape[-1:])) if shape else None}[mag_kind]
+    if special == "mag_inf" and mag is not None:  # a scale that is not finite where the pair is
+        mag = np.array(mag, dtype=np.float64)
+        mag.reshape(-1)[0] = np.inf
+        if mag.shape == e.shape:  # there also a zero reference under a nonzero output (not masked: its scale is inf)
+            e.reshape(-1)[0] = 0.0
+            a.reshape(-1)[0] = 1e-3
+    from tolstat.measure.invariants import invariants
+
+    try:
+        want = _invariants_numpy(a, e, mag, op, row_axis)
+    except ValueError as exc:  # a NaN statistic (exp of an infinite reference): the kernels report it too
+        with pytest.raises(ValueError, match="must be >= 0"):
+            noise._fused_invariants(a, e, mag, invariants(op), dtype="float16", K=30.0, acc_dtype="float32",
+                                    row_axis=row_axis, op=op)
+        assert "must be >= 0" in str(exc)
+        return
+    got = noise._fused_invariants(a, e, mag, invariants(op), dtype="float16", K=30.0, acc_dtype="float32",
+                                  row_axis=row_axis, op=op)
+    assert got is not None
+    for g, w in zip(got, want):
+        assert list(g) == list(w)
+        for k, v in w.items():
+            if k == "inv_masked_zero" or math.isinf(v) or v == 0.0:
+                assert g[k] == v, (k, g[k], v)  # counts, zeros and infinities: exact
+            else:
+                assert g[k] == pytest.approx(v, rel=1e-12), (k, g[k], v)
+
+
+def test_fused_invariants_leave_a_registered_invariant_to_numpy():
+    from tolstat.measure.invariants import invariants
+
+    a = np.ones((2, 3))
+    custom = {"mine": lambda a, e, s: 0.0}
+    assert noise._fused_invariants(a, a, None, custom, dtype="float16", K=3.0, acc_dtype="float32", row_axis=-1,
+                                   op="softmax") is None
+    assert noise._fused_invariants(a, a, None, invariants("softmax"), dtype="float16", K=3.0, acc_dtype="float32",
+                                   row_axis=-1, op="softmax") is not None
+
+
+def test_fused_masked_zero_count_alone_equals_its_numpy_definition():
+    from tolstat.measure import invariants as inv_mod
+
+    op = "test_only_masked_zero_op"
+    inv_mod.register_invariant(op, "masked_zero", inv_mod._inv_masked_zero, replace=True)
+    try:
+        rng = np.random.default_rng(5)
+        e = rng.standard_normal((6, 40))
+        e[:, ::4] = 0.0
+        a = e + 1e-3 * rng.standard_normal(e.shape)
+        a[0, 0] = 0.0  # a zero output under a zero reference is not counted
+        mag = np.abs(e) + 1.0
+        mag[1, 0] = np.inf  # nor one whose scale is not finite
+        got = noise._fused_invariants(a, e, mag, inv_mod.invariants(op), dtype="float16", K=40.0,
+                                      acc_dtype="float32", row_axis=-1, op=op)
+        want = _invariants_numpy(a, e, mag, op, -1, K=40.0)
+        assert got == want and 0 < got[0]["inv_masked_zero"] < np.count_nonzero(e == 0)
+    finally:
+        inv_mod._INVARIANTS.pop(op, None)

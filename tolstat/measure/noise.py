@@ -69,7 +69,7 @@ from typing import Any
 import numpy as np
 
 from tolstat.measure.invariants import _proj_stat, _rows, invariant_values, invariants
-from tolstat._base.dtypes import target_dtype, unit_roundoff
+from tolstat._base.dtypes import target_dtype, unit_roundoff, widen_float16
 
 __all__ = [
     "FRAC_K",
@@ -471,6 +471,8 @@ def statistics_of_pass(res: Any, actual: np.ndarray, expected: np.ndarray, magni
     n = a.size
     out: dict[str, float] = {}
     scales = None  # the invariants' scales of both shapes, made when a shape first needs them
+    fused = _fused_invariants(a, e, magnitude, inv, dtype=dtype, K=K, acc_dtype=acc_dtype, row_axis=row_axis,
+                              op=op) if inv and not (bad[0] and bad[1]) else None
     for j, suffix in ((0, ""), (1, MID_SUFFIX)):
         if bad[j]:
             out.update({nm + suffix: math.inf for nm in names})
@@ -484,12 +486,85 @@ def statistics_of_pass(res: Any, actual: np.ndarray, expected: np.ndarray, magni
                         op_row_bias_max=bias_max)
         else:
             vals.update(op_row_rms_max=math.nan, op_row_rms_mean=math.nan, op_row_bias_max=math.nan)
-        if inv:
+        if fused is not None:
+            vals.update(fused[j])
+        elif inv:
             if scales is None:
                 scales = _invariant_scales(a, e, magnitude, dtype=dtype, K=K, acc_dtype=acc_dtype)
             a64, s, finite = scales[j]
             vals.update(invariant_values(a64, e, s, finite, row_axis, inv, op))
         out.update({nm + suffix: vals[nm] for nm in names})
+    return out
+
+
+def _fused_invariant_kinds() -> dict[Any, Any]:
+    """The built-in invariants with a kernel (:mod:`tolstat.measure.invariant_kernels`):
+    function -> projection weight, or None for the masked-zero count."""
+    from tolstat.measure import invariant_kernels as K_
+    from tolstat.measure import invariants as I_
+
+    return {I_._inv_softmax_row_sum: K_.W_DIFF, I_._inv_masked_zero: None, I_._inv_log_softmax_lse: K_.W_EXP_REF,
+            I_._inv_row_mean: K_.W_DIFF, I_._inv_row_scale_centred: K_.W_REF_CENTRED, I_._inv_row_scale: K_.W_REF}
+
+
+def _fused_invariants(actual: np.ndarray, expected: np.ndarray, magnitude: Any, inv: Mapping[str, Any], *,
+                      dtype: Any, K: float, acc_dtype: Any, row_axis: int,
+                      op: str | None) -> tuple[dict[str, float], dict[str, float]] | None:
+    """The ``inv_<name>`` values of both noise shapes (plain, intermediate-store) by the
+    kernels of :mod:`tolstat.measure.invariant_kernels`, one pass per invariant over the
+    pair and the magnitude; None where :func:`_invariant_scales` and
+    :func:`~tolstat.measure.invariants.invariant_values` must run (an invariant registered
+    by the user, a magnitude that does not have the output's shape, noise shapes that
+    differ otherwise than by the intermediate-store term). The same values up to the
+    rounding of the row sums (sequential here, pairwise in numpy)."""
+    kinds = _fused_invariant_kinds()
+    if not all(fn in kinds for fn in inv.values()):
+        return None
+    a = np.asarray(actual)
+    # a float16 output widened through the table of numpy's own cast (the same values, faster)
+    a = widen_float16(a, np.float64) if a.dtype == np.float16 else np.asarray(a, dtype=np.float64)
+    e = np.asarray(expected, dtype=np.float64)
+    m = None if magnitude is None else _f64(magnitude, "magnitude")
+    try:
+        fits = m is None or np.broadcast_shapes(m.shape, e.shape) == e.shape
+    except ValueError:
+        fits = False
+    same = (MID_SHAPE.c_out == PLAIN_SHAPE.c_out and MID_SHAPE.c_acc == PLAIN_SHAPE.c_acc and not PLAIN_SHAPE.c_mid)
+    if not (same and fits and a.shape == e.shape):
+        return None
+    from tolstat.measure import invariant_kernels as K_
+
+    A, B, C, D = op_pass_coefficients(target_dtype(dtype), _check_pos("K", K), acc_dtype)
+    plain, mid = (A, B, 0.0, D), (A, B, C, D)
+
+    def rows_last(x: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.moveaxis(x, row_axis, -1) if x.ndim else x.reshape(1, 1)).ravel()
+
+    af, ef = rows_last(a), rows_last(e)
+    mf = ef if m is None else rows_last(np.broadcast_to(m, e.shape))
+    rowlen = int(a.shape[row_axis]) if a.ndim else 1
+    values: dict[str, np.ndarray] = {}
+    zeros = [name for name, fn in inv.items() if kinds[fn] is None]
+    for name, fn in inv.items():
+        if kinds[fn] is None:
+            continue
+        got = np.zeros(4)
+        if ef.size and rowlen:
+            # the first projection also counts the masked zeros, in the same pass
+            K_.row_projections(af, ef, mf, m is not None, plain, mid, rowlen, kinds[fn], bool(zeros), got)
+            if zeros:
+                values.update({z: got[2:] for z in zeros})
+                zeros = []
+        values[name] = got[:2]
+    for z in zeros:
+        values[z] = np.array(K_.masked_zero_counts(af, ef, mf, m is not None, plain, mid), dtype=np.float64)
+    out: tuple[dict[str, float], dict[str, float]] = ({}, {})
+    for name in inv:  # in the order of the op's invariants
+        for j in range(2):
+            v = float(values[name][j])
+            if not (v >= 0):  # NaN: as invariant_values reports it
+                raise ValueError(f"invariant {name!r} of op {op!r} returned {v!r}; it must be >= 0")
+            out[j][f"inv_{name}"] = v
     return out
 
 

@@ -1,0 +1,143 @@
+"""numba kernels of the built-in op invariants (:mod:`tolstat.measure.invariants`) for both
+noise shapes at once, without the arrays of the output's size that the numpy definition
+builds (the two shapes' scales and masks, the masked difference, the weights).
+
+Element by element they take the operations of
+:func:`tolstat.measure.scale_kernels.invariant_scales` (the scale of each shape, 1.0 where the
+pair or the scale is not finite) and of :func:`tolstat.measure.invariants.invariant_values`
+(an output element whose pair or scale is not finite replaced by the reference; an element
+whose difference is still not finite left out of the row's sums). The row sums are
+sequential where numpy sums pairwise, so a projection equals the numpy definition up to the
+rounding of its sums (tested to 1e-12 relative); a count is exact.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from tolstat._base import numba_cache as _numba_cache
+from tolstat.measure.scale_kernels import _scale
+
+__all__ = ["W_DIFF", "W_EXP_REF", "W_REF", "W_REF_CENTRED", "masked_zero_counts", "row_projections"]
+
+_numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
+
+#: the weights ``w`` of a projection ``|sum_j w_j d_j| / sqrt(sum_j (w_j s_j)^2)`` over a row:
+#: none (``w = 1``), ``exp(e)``, ``e - mean(e)`` over the row, ``e``
+W_DIFF, W_EXP_REF, W_REF_CENTRED, W_REF = 0, 1, 2, 3
+
+
+@numba.njit(cache=True, nogil=True)
+def row_projections(a: np.ndarray, e: np.ndarray, m: np.ndarray, has_m: bool, coef_plain: tuple, coef_mid: tuple,
+                    rowlen: int, wkind: int, count_zero: bool, out: np.ndarray) -> None:  # pragma: no cover - numba
+    """``out[k]``: the largest over the rows (``rowlen`` consecutive elements of the flat
+    ``a``, ``e``, ``m``) of ``t = |sum_j w_j d_j| / sqrt(sum_j (w_j s_j)^2)`` (0 where the
+    numerator is 0, inf where only the denominator is, NaN where either is NaN) for the
+    plain (``k = 0``) and the intermediate-store (``k = 1``) noise shape, ``s`` the shape's
+    scale and ``d = x - e`` with ``x`` the output where ``a - e`` and ``s`` are finite and
+    the reference elsewhere (an element whose ``d`` is not finite is left out). With
+    ``count_zero``, ``out[2 + k]`` is also :func:`masked_zero_counts`' count of shape ``k``
+    (in the same pass)."""
+    n = e.size
+    c0 = 0
+    c1 = 0
+    best0 = 0.0
+    best1 = 0.0
+    nan0 = False
+    nan1 = False
+    for r0 in range(0, n, rowlen):
+        r1 = min(r0 + rowlen, n)
+        mean = 0.0
+        if wkind == W_REF_CENTRED:
+            acc = 0.0
+            for i in range(r0, r1):
+                acc += e[i]
+            mean = acc / (r1 - r0)
+        num0 = 0.0
+        den0 = 0.0
+        num1 = 0.0
+        den1 = 0.0
+        for i in range(r0, r1):
+            ev = e[i]
+            diff = a[i] - ev
+            fin = np.isfinite(diff)
+            aref = abs(ev)
+            mv = abs(m[i]) if has_m else aref
+            if wkind == W_DIFF:
+                w = 1.0
+            elif wkind == W_EXP_REF:
+                w = math.exp(ev)
+            elif wkind == W_REF_CENTRED:
+                w = ev - mean
+            else:
+                w = ev
+            # where the pair and the shape's scale are finite: d = a - e and s the scale; else
+            # the output is replaced by the reference: d = e - e (0, or NaN for a non-finite
+            # reference, whose element is left out) and s = 1
+            ref_fin = np.isfinite(ev)
+            v = _scale(aref, mv, coef_plain)
+            ok0 = fin and np.isfinite(v)
+            ws = w * v
+            num0 += (w * diff) if ok0 else ((w * 0.0) if ref_fin else 0.0)
+            den0 += (ws * ws) if ok0 else ((w * w) if ref_fin else 0.0)
+            v = _scale(aref, mv, coef_mid)
+            ok1 = fin and np.isfinite(v)
+            ws = w * v
+            num1 += (w * diff) if ok1 else ((w * 0.0) if ref_fin else 0.0)
+            den1 += (ws * ws) if ok1 else ((w * w) if ref_fin else 0.0)
+            if count_zero and ev == 0.0 and diff != 0.0:  # a zero reference, an output that is not zero
+                c0 += ok0
+                c1 += ok1
+        t0 = _ratio(abs(num0), math.sqrt(den0))
+        t1 = _ratio(abs(num1), math.sqrt(den1))
+        if t0 != t0:
+            nan0 = True
+        elif t0 > best0:
+            best0 = t0
+        if t1 != t1:
+            nan1 = True
+        elif t1 > best1:
+            best1 = t1
+    out[0] = np.nan if nan0 else best0
+    out[1] = np.nan if nan1 else best1
+    if count_zero:
+        out[2] = c0
+        out[3] = c1
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _ratio(num: float, den: float) -> float:  # pragma: no cover - numba
+    """``numpy.where(num == 0, 0, num / den)`` of one row."""
+    if num == 0.0:
+        return 0.0
+    if den == 0.0:
+        return np.inf if num == num else np.nan
+    return num / den
+
+
+@numba.njit(cache=True, nogil=True)
+def masked_zero_counts(a: np.ndarray, e: np.ndarray, m: np.ndarray, has_m: bool, coef_plain: tuple,
+                       coef_mid: tuple) -> tuple:  # pragma: no cover - numba
+    """Per noise shape, how many elements have ``e == 0`` and an output ``x != 0`` (``x`` as
+    in :func:`row_projections`: the reference where the pair or the scale is not finite)."""
+    c0 = 0
+    c1 = 0
+    for i in range(e.size):
+        ev = e[i]
+        if ev != 0.0:
+            continue
+        av = a[i]
+        if av == 0.0:
+            continue
+        if not np.isfinite(av - ev):
+            continue
+        aref = abs(ev)
+        mv = abs(m[i]) if has_m else aref
+        if np.isfinite(_scale(aref, mv, coef_plain)):
+            c0 += 1
+        if np.isfinite(_scale(aref, mv, coef_mid)):
+            c1 += 1
+    return c0, c1
