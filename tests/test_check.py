@@ -587,3 +587,59 @@ def test_operator_check_note_names_the_statistic_that_trips_first_only_when_one_
                   options=REF)
         assert r.notes == {"op_score": want, "op_row_rms_max": want}, rowwise
         assert math.isnan(r.statistics["op_score"]) != rowwise
+
+
+@pytest.mark.parametrize("form", ["allclose", "operator"])
+def test_check_warns_for_an_output_larger_than_every_calibration_run(form, tmp_path):
+    import warnings
+
+    from tolstat.checks.checking import CalibrationRangeWarning
+
+    rng = np.random.default_rng(3)
+    pairs = []
+    for i in range(320):
+        x = rng.standard_normal((2, 8 + 8 * (i % 2))).astype(np.float16)  # 16 or 32 elements
+        y = (x.astype(np.float32) * 3).astype(np.float16)
+        pairs.append({"actual": y, "expected": x.astype(np.float64) * 3, "inputs": (x, np.float16(3.0))})
+    ds = tolstat.from_pairs(pairs, op="mul", dtype="float16", hardware="cpu",
+                            options=tolstat.CollectOptions(progress=False))
+    t = select(ds, fp_budget=0.01, form=form)
+    assert t.entry("mul", "float16", "cpu").certificate["n_elements_max"] == 32
+    t.to_json(tmp_path / "t.json")
+    loaded = tolstat.load_table(tmp_path / "t.json")
+
+    def run(n_rows, table):
+        x = rng.standard_normal((n_rows, 16)).astype(np.float16)
+        y = (x.astype(np.float32) * 3).astype(np.float16)
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            check(y, x.astype(np.float64) * 3, op="mul", dtype="float16", table=table, hardware="cpu",
+                  inputs=(x, np.float16(3.0)))
+        return [w for w in got if issubclass(w.category, CalibrationRangeWarning)]
+
+    assert run(2, t) == [] and run(2, loaded) == []  # 32 elements: calibrated
+    for table in (t, loaded):
+        (w,) = run(5, table)  # 80 elements
+        msg = str(w.message)
+        assert "(mul, float16, cpu)" in msg and "80 elements" in msg and "2.5x" in msg and "(32)" in msg
+        assert w.filename == __file__  # points at the caller's check
+    x = rng.standard_normal((5, 16)).astype(np.float16)
+    with pytest.warns(CalibrationRangeWarning) as rec:  # through assert_close too, at the caller's line
+        assert_close((x.astype(np.float32) * 3).astype(np.float16), x.astype(np.float64) * 3, op="mul",
+                     dtype="float16", table=t, hardware="cpu", inputs=(x, np.float16(3.0)))
+    assert rec[0].filename == __file__
+
+
+def test_tables_without_the_calibrated_size_do_not_warn(table):
+    import warnings
+
+    cert = table.entry("mul3", "float16", "cpu").certificate
+    assert cert["n_elements_max"] == 64
+    d = table.to_dict()
+    for grp in d["groups"]:
+        grp["certificate"].pop("n_elements_max")
+    old = tolstat.ToleranceTable.from_groups(d.pop("groups"), d)
+    x = np.random.default_rng(4).standard_normal((40, 40))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check(_kernel(x), _ref(x), op="mul3", dtype="float16", table=old, hardware="cpu")

@@ -17,6 +17,9 @@ from tolstat.checks.checking import check_metrics
 from tolstat.measure.metrics import error_metrics
 from tolstat.models import statistics as _stats
 
+# these tests compare the check's paths on outputs larger than the calibration runs, on purpose
+pytestmark = pytest.mark.filterwarnings("ignore::tolstat.checks.checking.CalibrationRangeWarning")
+
 
 @pytest.fixture(scope="module")
 def tables():

@@ -33,6 +33,9 @@ from tolstat.measure.metrics import as_array, error_metrics, metric_covariates, 
 from kernel_helpers import rounding_probe_values
 from table_helpers import assert_same_result
 
+# these tests compare the check's paths on outputs larger than the calibration runs, on purpose
+pytestmark = pytest.mark.filterwarnings("ignore::tolstat.checks.checking.CalibrationRangeWarning")
+
 K = 64
 FORMS = ("auto", "None", "allclose", "size_aware", "normalised", "baseline", "operator", "max_rel+bias",
          "max_abs+bias")

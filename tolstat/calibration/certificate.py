@@ -136,7 +136,7 @@ OPERATOR_COVARIATES = ("K",)
 _CERT_STR = ("form", "form_reason", "method", "guarantee", "reason", "group", "magnitude")
 _CERT_BOOL = ("rowwise", "needs_magnitude")
 _CERT_COUNT = ("n_runs", "n_units", "n_duplicates", "n_fit", "n_cal", "rank", "n_needed")
-_CERT_OPT_COUNT = ("n_clusters", "n_scores")
+_CERT_OPT_COUNT = ("n_clusters", "n_scores", "n_elements_max")
 _CERT_NAMES = ("flags", "unreachable", "member_of")
 
 

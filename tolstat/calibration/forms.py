@@ -349,6 +349,7 @@ def certified_groups(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.
     groups = []
     refs: dict[int, Any] = {}  # pool_ref of each pool object, computed once
     rows = rows_by_code(codes, len(keys))
+    n_elements = np.asarray(ds["n_elements"].values) if "n_elements" in ds else None
     for gi, key in enumerate(keys):
         lab = _label(key)
         c, exc = res.groups.get(lab), res.refused.get(lab)
@@ -369,6 +370,10 @@ def certified_groups(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.
             entry["scale"] = model.to_dict()
         entry["statistics"] = {name: _stat_entry(c, exc, a, g)}
         cert["units"] = _units_record(units, rows[gi])
+        if n_elements is not None and rows[gi].size:
+            # the largest output calibrated: a check of a larger one is outside what the runs
+            # show (statistics that take a maximum over elements or rows grow with the size)
+            cert["n_elements_max"] = int(n_elements[rows[gi]].max())
         if c is None and cert["units"]["n_units"] < cert["units"]["n_runs"]:
             cert["reason"] += (f" ({cert['units']['n_runs']} runs are {cert['units']['n_units']} independent units: "
                                f"runs that share a {cert['units']['by']} count once; more distinct inputs are needed)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 
 import math
+import warnings
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -33,7 +34,7 @@ from tolstat.measure.fused import op_check_statistics, op_statistics
 from tolstat.checks.options import CheckOptions, check_options
 from tolstat.checks.result import CheckResult
 
-__all__ = ["check", "check_runs", "check_metrics", "assert_close"]
+__all__ = ["CalibrationRangeWarning", "check", "check_runs", "check_metrics", "assert_close"]
 
 
 def check(
@@ -130,6 +131,7 @@ def check(
     ent = plan.entry
     a = as_array(actual, name="actual")
     e = as_array(expected, name="expected")
+    _warn_beyond_calibration(ent, int(e.size))
     covariates = _validate.covariates(covariates, computed=BUILTIN_COVARIATES)
     magnitude, covariates = resolve_op_inputs(ent, op, dt, inputs, params, covariates, opts.magnitude)
     source = "ops" if inputs is not None else "ref" if isinstance(magnitude, str) else "given"
@@ -150,6 +152,42 @@ def check(
         return fast
     m = error_metrics(a, e, dtype=dt, allow_nan=opts.allow_nan)
     return check_metrics(m, a, e, ent, covariates, magnitude=magnitude)
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` of :func:`warnings.warn` (called by the caller of this function)
+    that names the first frame outside the tolstat package: the user's ``check``,
+    ``assert_close`` or plugin call, whichever tolstat functions lie between."""
+    import os
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(2), 2  # the function that warns is level 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(root + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+class CalibrationRangeWarning(UserWarning):
+    """A check of an output larger than every calibration run of its table group.
+
+    The promise covers runs like the calibration runs. A statistic that takes a maximum
+    over elements or rows (the largest error, the largest row statistic, an invariant's
+    worst row) grows with the output's size, so a correct output much larger than those
+    calibrated can fail more often than the budget says. Calibrate on outputs of the size
+    you check."""
+
+
+def _warn_beyond_calibration(ent: ToleranceEntry, n: int) -> None:
+    """A :class:`CalibrationRangeWarning` when ``n`` output elements exceed the largest
+    calibration run of ``ent``'s group (tables that do not record it: nothing)."""
+    top = (ent.certificate or {}).get("n_elements_max")
+    if top is not None and n > top:
+        warnings.warn(CalibrationRangeWarning(
+            f"table group ({ent.op}, {ent.dtype}, {ent.hardware}): this output has {n:,} elements, "
+            f"{n / max(top, 1):.3g}x the largest calibration run ({top:,}); the false-positive promise covers "
+            "runs like the calibration runs, and maxima over more elements or rows are larger: calibrate on "
+            "outputs of this size"), stacklevel=_user_stacklevel())
 
 
 #: intermediate roundings to the output format the zero-run fallback of a check allows
