@@ -223,8 +223,10 @@ def main(argv: list[str] | None = None) -> None:
     res = measure(args.quick)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(_markdown(res, before))
-    out.with_suffix(".json").write_text(json.dumps(dict(after=res, before=before), indent=1))
+    from tolstat._base.util import atomic_write_text  # the tolstat measured (PYTHONPATH) writes it
+
+    atomic_write_text(out, _markdown(res, before))
+    atomic_write_text(out.with_suffix(".json"), json.dumps(dict(after=res, before=before), indent=1))
     print(f"load average {res['load_start'][0]:.2f} -> {res['load_end'][0]:.2f}; wrote {out}")
 
 

@@ -91,9 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         f = 1e-6 if k == "bytes" else 1.0
         print(f"  {k:7s} {ts[k] * f:9.3f} {unit} -> {tl[k] * f:9.3f} {unit}   ratio {ratio[k]:.2f}")
     if args.json:
-        args.json.write_text(json.dumps({"small": args.small, "large": args.large, "runs": args.runs,
-                                         "seconds_small": ts, "seconds_large": tl, "ratio": ratio,
-                                         "loadavg": os.getloadavg()[0]}, indent=1) + "\n")
+        from tolstat._base.util import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps({"small": args.small, "large": args.large, "runs": args.runs,
+                                                 "seconds_small": ts, "seconds_large": tl, "ratio": ratio,
+                                                 "loadavg": os.getloadavg()[0]}, indent=1) + "\n")
     return 0
 
 

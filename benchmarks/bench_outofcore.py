@@ -210,7 +210,9 @@ def main() -> None:
         r["calibrate_over_readpass"] = r["calibrate"]["seconds"] / r["readpass"]["seconds"]
         results[sched] = r
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+    from tolstat._base.util import atomic_write_text
+
+    atomic_write_text(args.out, json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
 
 

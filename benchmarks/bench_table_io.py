@@ -128,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     for k, r in res["ratio"].items():
         print(f"{k:6s} {res['seconds_small'][k]:9.3f} {res['seconds_large'][k]:9.3f} {r:7.2f}")
     if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=1) + "\n")
+        from tolstat._base.util import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps(res, indent=1) + "\n")
     return 0
 
 
