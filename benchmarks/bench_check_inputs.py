@@ -30,7 +30,6 @@ import json
 import math
 import os
 import platform
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -38,11 +37,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import tolstat
+from tolstat._base.util import atomic_write_text
 
-import tolstat  # noqa: E402
-from tolstat._base.util import atomic_write_text  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results"
 SIZES = (1_000, 100_000, 10_000_000)
@@ -178,6 +176,7 @@ def measure(quick: bool = False) -> dict:
                   f"numpy {t['numpy pass'] * 1e3:8.3f} ms  reference {t['reference'] * 1e3:8.3f} ms  "
                   f"passed={r.passed}", flush=True)
     return dict(load_start=load_start, load_end=os.getloadavg(), rows=rows, python=platform.python_version(),
+                tolstat=tolstat.__version__,
                 numpy=np.__version__, machine=platform.machine(), cpus=os.cpu_count())
 
 
