@@ -61,6 +61,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -497,6 +498,7 @@ def statistics_of_pass(res: Any, actual: np.ndarray, expected: np.ndarray, magni
     return out
 
 
+@functools.lru_cache(maxsize=1)
 def _fused_invariant_kinds() -> dict[Any, Any]:
     """The built-in invariants with a kernel (:mod:`tolstat.measure.invariant_kernels`):
     function -> projection weight, or None for the masked-zero count."""
