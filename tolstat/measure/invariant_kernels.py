@@ -21,7 +21,7 @@ import numpy as np
 from tolstat._base import numba_cache as _numba_cache
 from tolstat.measure.scale_kernels import _scale
 
-__all__ = ["W_DIFF", "W_EXP_REF", "W_REF", "W_REF_CENTRED", "masked_zero_counts", "row_projections"]
+__all__ = ["W_DIFF", "W_EXP_REF", "W_REF", "W_REF_CENTRED", "row_projections"]
 
 _numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
@@ -39,8 +39,8 @@ def row_projections(a: np.ndarray, e: np.ndarray, m: np.ndarray, has_m: bool, co
     plain (``k = 0``) and the intermediate-store (``k = 1``) noise shape, ``s`` the shape's
     scale and ``d = x - e`` with ``x`` the output where ``a - e`` and ``s`` are finite and
     the reference elsewhere (an element whose ``d`` is not finite is left out). With
-    ``count_zero``, ``out[2 + k]`` is also :func:`masked_zero_counts`' count of shape ``k``
-    (in the same pass)."""
+    ``count_zero``, ``out[2 + k]`` is also, in the same pass, the count of shape ``k`` of the
+    elements with ``e == 0`` and ``x != 0`` (the masked-zero invariant)."""
     n = e.size
     c0 = 0
     c1 = 0
@@ -116,28 +116,3 @@ def _ratio(num: float, den: float) -> float:  # pragma: no cover - numba
     if den == 0.0:
         return np.inf if num == num else np.nan
     return num / den
-
-
-@numba.njit(cache=True, nogil=True)
-def masked_zero_counts(a: np.ndarray, e: np.ndarray, m: np.ndarray, has_m: bool, coef_plain: tuple,
-                       coef_mid: tuple) -> tuple:  # pragma: no cover - numba
-    """Per noise shape, how many elements have ``e == 0`` and an output ``x != 0`` (``x`` as
-    in :func:`row_projections`: the reference where the pair or the scale is not finite)."""
-    c0 = 0
-    c1 = 0
-    for i in range(e.size):
-        ev = e[i]
-        if ev != 0.0:
-            continue
-        av = a[i]
-        if av == 0.0:
-            continue
-        if not np.isfinite(av - ev):
-            continue
-        aref = abs(ev)
-        mv = abs(m[i]) if has_m else aref
-        if np.isfinite(_scale(aref, mv, coef_plain)):
-            c0 += 1
-        if np.isfinite(_scale(aref, mv, coef_mid)):
-            c1 += 1
-    return c0, c1

@@ -526,18 +526,12 @@ def _fused_invariants(actual: np.ndarray, expected: np.ndarray, magnitude: Any, 
     # a float16 output widened through the table of numpy's own cast (the same values, faster)
     a = widen_float16(a, np.float64) if a.dtype == np.float16 else np.asarray(a, dtype=np.float64)
     e = np.asarray(expected, dtype=np.float64)
-    m = None if magnitude is None else _f64(magnitude, "magnitude")
-    try:
-        fits = m is None or np.broadcast_shapes(m.shape, e.shape) == e.shape
-    except ValueError:
-        fits = False
-    same = (MID_SHAPE.c_out == PLAIN_SHAPE.c_out and MID_SHAPE.c_acc == PLAIN_SHAPE.c_acc and not PLAIN_SHAPE.c_mid)
-    if not (same and fits and a.shape == e.shape):
+    kin = _shape_coefficients(a, e, magnitude, dtype=dtype, K=K, acc_dtype=acc_dtype)
+    if kin is None:
         return None
     from tolstat.measure import invariant_kernels as K_
 
-    A, B, C, D = op_pass_coefficients(target_dtype(dtype), _check_pos("K", K), acc_dtype)
-    plain, mid = (A, B, 0.0, D), (A, B, C, D)
+    m, plain, mid = kin
 
     def rows_last(x: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(np.moveaxis(x, row_axis, -1) if x.ndim else x.reshape(1, 1)).ravel()
@@ -547,19 +541,20 @@ def _fused_invariants(actual: np.ndarray, expected: np.ndarray, magnitude: Any, 
     rowlen = int(a.shape[row_axis]) if a.ndim else 1
     values: dict[str, np.ndarray] = {}
     zeros = [name for name, fn in inv.items() if kinds[fn] is None]
-    for name, fn in inv.items():
-        if kinds[fn] is None:
-            continue
+    projections = [name for name, fn in inv.items() if kinds[fn] is not None]
+    # one pass per projection; the first also counts the masked zeros (an op with the count
+    # alone runs one pass for it)
+    for name in projections or zeros[:1]:
         got = np.zeros(4)
         if ef.size and rowlen:
-            # the first projection also counts the masked zeros, in the same pass
-            K_.row_projections(af, ef, mf, m is not None, plain, mid, rowlen, kinds[fn], bool(zeros), got)
-            if zeros:
-                values.update({z: got[2:] for z in zeros})
-                zeros = []
-        values[name] = got[:2]
-    for z in zeros:
-        values[z] = np.array(K_.masked_zero_counts(af, ef, mf, m is not None, plain, mid), dtype=np.float64)
+            kind = kinds[inv[name]]
+            K_.row_projections(af, ef, mf, m is not None, plain, mid, rowlen, K_.W_DIFF if kind is None else kind,
+                               bool(zeros), got)
+        if zeros:
+            values.update({z: got[2:] for z in zeros})
+            zeros = []
+        if name in projections:
+            values[name] = got[:2]
     out: tuple[dict[str, float], dict[str, float]] = ({}, {})
     for name in inv:  # in the order of the op's invariants
         for j in range(2):
@@ -568,6 +563,24 @@ def _fused_invariants(actual: np.ndarray, expected: np.ndarray, magnitude: Any, 
                 raise ValueError(f"invariant {name!r} of op {op!r} returned {v!r}; it must be >= 0")
             out[j][f"inv_{name}"] = v
     return out
+
+
+def _shape_coefficients(a: np.ndarray, e: np.ndarray, magnitude: Any, *, dtype: Any, K: float,
+                        acc_dtype: Any) -> tuple[np.ndarray | None, tuple, tuple] | None:
+    """What the one-pass kernels of both noise shapes read: the magnitude as float64 (None
+    without one) and the plain and intermediate-store coefficients ``(A, B, C, D)``; None
+    where they do not apply (the shapes differ otherwise than by the intermediate-store
+    term, a magnitude that does not broadcast to ``e``'s shape, ``a`` of another shape)."""
+    m = None if magnitude is None else _f64(magnitude, "magnitude")
+    try:
+        fits = m is None or np.broadcast_shapes(m.shape, e.shape) == e.shape
+    except ValueError:  # noise_scale raises its own error
+        fits = False
+    same = (MID_SHAPE.c_out == PLAIN_SHAPE.c_out and MID_SHAPE.c_acc == PLAIN_SHAPE.c_acc and not PLAIN_SHAPE.c_mid)
+    if not (same and fits and a.shape == e.shape):
+        return None
+    A, B, C, D = op_pass_coefficients(target_dtype(dtype), _check_pos("K", K), acc_dtype)
+    return m, (A, B, 0.0, D), (A, B, C, D)  # the plain shape has no intermediate-store term
 
 
 def _invariant_scales(actual: np.ndarray, expected: np.ndarray, magnitude: Any, *, dtype: Any, K: float,
@@ -582,17 +595,11 @@ def _invariant_scales(actual: np.ndarray, expected: np.ndarray, magnitude: Any, 
     broadcast to it); :func:`noise_scale` per shape otherwise."""
     a = np.asarray(actual, dtype=np.float64)
     e = np.asarray(expected, dtype=np.float64)
-    m = None if magnitude is None else _f64(magnitude, "magnitude")
-    try:
-        fits = m is None or np.broadcast_shapes(m.shape, e.shape) == e.shape
-    except ValueError:  # noise_scale raises its own error
-        fits = False
-    same = (MID_SHAPE.c_out == PLAIN_SHAPE.c_out and MID_SHAPE.c_acc == PLAIN_SHAPE.c_acc and not PLAIN_SHAPE.c_mid)
-    if same and fits and a.shape == e.shape:
+    kin = _shape_coefficients(a, e, magnitude, dtype=dtype, K=K, acc_dtype=acc_dtype)
+    if kin is not None:
         from tolstat.measure.scale_kernels import invariant_scales
 
-        A, B, C, D = op_pass_coefficients(target_dtype(dtype), _check_pos("K", K), acc_dtype)
-        coefs = [(A, B, 0.0, D), (A, B, C, D)]  # the plain shape has no intermediate-store term
+        m, *coefs = kin
         af, ef = np.ascontiguousarray(a).ravel(), np.ascontiguousarray(e).ravel()
         mf = ef if m is None else np.ascontiguousarray(np.broadcast_to(m, e.shape)).ravel()
         s0, s1 = np.empty(e.size), np.empty(e.size)
