@@ -400,6 +400,9 @@ def test_non_finite_inputs_give_non_finite_magnitudes_where_the_op_is():
 def test_wrong_arguments_name_the_op_the_argument_and_the_value(op, args, params, exc, pattern):
     with pytest.raises(exc, match=pattern):
         _st(op, args, params)
+    # the same errors where the magnitude would come from a reference
+    with pytest.raises(exc, match=pattern):
+        ops.op_statistics(op, args, params, dtype="float16", reference=np.ones(np.shape(args[0])))
 
 
 def test_bad_dtype_and_inputs_container_are_refused():
@@ -529,3 +532,106 @@ def test_docs_table_lists_every_op_with_its_aliases():
         for a in ops.aliases(name):
             assert f"`{a}`" in rows[name], (name, a)
     assert "ops" in (ROOT / "docs" / "index.md").read_text(encoding="utf-8").split()
+
+
+# ------------------------------------------------------- magnitudes from the reference
+
+def _sm64(x, axis=-1):
+    e = np.exp(x - x.max(axis, keepdims=True))
+    return e / e.sum(axis, keepdims=True)
+
+
+def _reference_cases(x):
+    """(op, args, params, float64 reference) of the ops with a reference identity, on ``x``."""
+    x64 = x.astype(np.float64)
+    w = (1 + 0.2 * _rng(5).standard_normal(x.shape[-1])).astype(x.dtype)
+    with np.errstate(all="ignore"):
+        return [
+            ("gelu", (x,), {}, 0.5 * x64 * (1 + special.erf(x64 / math.sqrt(2)))),
+            ("gelu", (x,), {"approximate": "tanh"},
+             0.5 * x64 * (1 + np.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64 ** 3)))),
+            ("silu", (x,), {}, x64 * special.expit(x64)),
+            ("sigmoid", (x,), {}, special.expit(x64)),
+            ("tanh", (x,), {}, np.tanh(x64)),
+            ("softmax", (x,), {"dim": -1}, _sm64(x64)),
+            ("softmax", (x, 0), {}, _sm64(x64, 0)),
+            ("log_softmax", (x,), {"dim": -1}, np.log(_sm64(x64))),
+            ("rms_norm", (x, (x.shape[-1],), w), {"eps": 1e-6},
+             x64 / np.sqrt((x64 * x64).mean(-1, keepdims=True) + 1e-6) * w.astype(np.float64)),
+        ]
+
+
+@pytest.mark.parametrize("shape", [(6, 37), (40, 512)])  # numpy, and the kernels from 4,096 elements
+@pytest.mark.parametrize("dtype", ["float16", "float32"])
+def test_magnitude_from_the_reference_is_the_magnitude_from_the_inputs(shape, dtype):
+    x = (_rng(1).standard_normal(shape) * 3).astype(dtype)
+    x.flat[:6] = [np.inf, -np.inf, 0.0, -0.0, 1e-30, -70.0]  # overflow, underflow and signed zeros
+    for op, args, params, ref in _reference_cases(x):
+        got = ops.op_statistics(op, args, params, dtype="bfloat16", reference=ref)
+        want = ops.op_statistics(op, args, params, dtype="bfloat16")
+        assert (got.K, got.rowwise) == (want.K, want.rowwise)
+        a, b = got.magnitude, want.magnitude
+        assert a.shape == b.shape and a.dtype == np.float64
+        np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=op)
+        np.testing.assert_array_equal(np.isinf(a), np.isinf(b), err_msg=op)
+        fin = np.isfinite(b)
+        np.testing.assert_allclose(a[fin], b[fin], rtol=4e-16, atol=0, err_msg=f"{op} {params}")
+
+
+def test_magnitude_from_the_reference_is_not_the_reference_where_the_op_on_absolute_inputs_is_larger():
+    x = np.array([-3.0, -0.5, 0.0, 2.0], np.float16)
+    ref = 0.5 * x * (1 + special.erf(x / math.sqrt(2)))
+    m = ops.op_statistics("gelu", (x,), dtype="float16", reference=ref).magnitude
+    np.testing.assert_allclose(m, 0.5 * np.abs(x) * (1 + np.abs(special.erf(x / math.sqrt(2)))), rtol=1e-15)
+    assert m[0] > 2.9 and ref[0] < 0.01
+
+
+def test_a_reference_of_another_shape_is_not_used():
+    x = _h(4, 8)
+    st = ops.op_statistics("softmax", (x, -1), dtype="float16", reference=np.full((8,), 7.0))
+    np.testing.assert_array_equal(st.magnitude, _st("softmax", (x, -1)).magnitude)
+    st = ops.op_statistics("gelu", (x,), dtype="float16", reference=np.full((4, 1), 7.0))
+    assert st.magnitude.shape == (4, 8)
+
+
+def test_torch_inputs_and_references_give_the_magnitude_of_the_inputs(torch):
+    x = _h(16, 300, seed=3)
+    t = torch.from_numpy(x).to(torch.bfloat16)
+    x64 = t.double().numpy()
+    for op, ref in (("gelu", torch.nn.functional.gelu(t.double())), ("softmax", torch.softmax(t.double(), -1))):
+        params = {"dim": -1} if op == "softmax" else {}
+        got = ops.op_statistics(op, (t,), params, dtype="bfloat16", reference=ref).magnitude
+        want = ops.op_statistics(op, (x64,), params, dtype="bfloat16").magnitude
+        np.testing.assert_allclose(got, want, rtol=1e-15)
+
+
+def test_a_user_model_without_an_identity_ignores_the_reference(scratch_registry):
+    ops.register("my_double", ops.multilinear(lambda a: 2 * a))
+    x = _h(3, 5)
+    st = ops.op_statistics("my_double", (x,), dtype="float16", reference=np.zeros((3, 5)))
+    np.testing.assert_array_equal(st.magnitude, 2 * np.abs(x.astype(np.float64)))
+
+
+def test_a_user_model_with_an_identity_uses_it_and_its_statistics_bind_the_call_once(scratch_registry, monkeypatch):
+    model = ops.OpModel(magnitude=lambda args, kw, dt: np.abs(np.asarray(args[0], np.float64)),
+                        K=lambda args, kw: 1.0,
+                        from_reference=lambda args, kw, ref, dt: np.abs(ref) + 1.0)
+    ops.register("my_abs", model)
+    x = _h(3, 5)
+    st = ops.op_statistics("my_abs", (x,), dtype="float16", reference=np.zeros((3, 5)))
+    np.testing.assert_array_equal(st.magnitude, np.ones((3, 5)))
+    with pytest.raises(TypeError, match="from_reference must be callable"):
+        ops.OpModel(magnitude=model.magnitude, K=model.K, from_reference=3)
+    # a built-in model binds the call to the torch signature once for magnitude, K and rows
+    from tolstat.ops import _args
+
+    calls = []
+    real = _args.Call.__init__
+
+    def counting(self, *a, **k):
+        calls.append(1)
+        real(self, *a, **k)
+
+    monkeypatch.setattr(_args.Call, "__init__", counting)
+    ops.op_statistics("softmax", (x,), {"dim": -1}, dtype="float16", reference=np.zeros((3, 5)))
+    assert len(calls) == 1

@@ -133,7 +133,8 @@ def check(
     e = as_array(expected, name="expected")
     _warn_beyond_calibration(ent, int(e.size))
     covariates = _validate.covariates(covariates, computed=BUILTIN_COVARIATES)
-    magnitude, covariates = resolve_op_inputs(ent, op, dt, inputs, params, covariates, opts.magnitude)
+    magnitude, covariates = resolve_op_inputs(ent, op, dt, inputs, params, covariates, opts.magnitude,
+                                              reference=e)
     source = "ops" if inputs is not None else "ref" if isinstance(magnitude, str) else "given"
     if ent.operator:
         check_magnitude(ent, op, e, magnitude, source, arrays=False)
@@ -238,14 +239,15 @@ def _zero_run_result(actual: Any, expected: Any, op: str, dtype: str, inputs: Se
 
 def resolve_op_inputs(entry: ToleranceEntry, op: str, dtype: str, inputs: Sequence[Any] | None,
                       params: Mapping[str, Any] | None, covariates: Mapping[str, float],
-                      magnitude: Any) -> tuple[Any, dict[str, float]]:
+                      magnitude: Any, *, reference: Any = None) -> tuple[Any, dict[str, float]]:
     """The magnitude and covariates a check of ``entry`` uses, with the op's ``inputs``.
 
     Without ``inputs`` they are ``magnitude`` and ``covariates`` as given. With them,
     where the entry uses operator statistics (the operator form) or ``K`` (a scale form
     with the covariate ``K``, or ``K`` given anyway), :func:`tolstat.ops.op_statistics`
-    gives the magnitude (operator form) and ``K``; otherwise the op is only looked up,
-    so an unknown op raises whatever the entry's form.
+    gives the magnitude (operator form; from ``reference``, the check's expected output,
+    where the op has an identity for it, as at calibration) and ``K``; otherwise the op is
+    only looked up, so an unknown op raises whatever the entry's form.
 
     Raises
     ------
@@ -269,7 +271,7 @@ def resolve_op_inputs(entry: ToleranceEntry, op: str, dtype: str, inputs: Sequen
     if not (entry.operator or scale_k or "K" in covariates):
         ops.get(op)  # an unknown op raises here too, whatever the entry's form
         return None, dict(covariates)
-    st = ops.op_statistics(op, tuple(inputs), params, dtype=dtype)
+    st = ops.op_statistics(op, tuple(inputs), params, dtype=dtype, reference=reference if entry.operator else None)
     cov = dict(covariates)
     k = float(st.K)
     if "K" in cov and cov["K"] != k:

@@ -429,7 +429,8 @@ class TolstatSession:
         op_stats: dict[str, float] = {}
         rowwise = None
         if inputs is not None:
-            mag, cov, rowwise = derive_op_statistics(op, inputs, params, dtype=dtype, covariates=cov)
+            mag, cov, rowwise = derive_op_statistics(op, inputs, params, dtype=dtype, covariates=cov,
+                                                     reference=expected)
             op_stats = record_statistics(actual, expected, dtype=dtype, magnitude=mag, K=cov["K"],
                                          rowwise=rowwise, op=op)
         m = error_metrics(actual, expected, dtype=dtype)

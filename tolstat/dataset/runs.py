@@ -180,8 +180,8 @@ def validate_op_args(inputs: Any, params: Any) -> None:
 
 
 def derive_op_statistics(op: str, inputs: Sequence[Any], params: Mapping[str, Any] | None, *, dtype: str,
-                         covariates: Mapping[str, float],
-                         rowwise: bool = False) -> tuple[np.ndarray, dict[str, float], bool]:
+                         covariates: Mapping[str, float], rowwise: bool = False,
+                         reference: Any = None) -> tuple[np.ndarray, dict[str, float], bool]:
     """The magnitude, covariates (with ``K``) and row-wise flag of one run, from the op's arguments.
 
     Parameters
@@ -199,6 +199,9 @@ def derive_op_statistics(op: str, inputs: Sequence[Any], params: Mapping[str, An
     rowwise : bool, default False
         ``CollectOptions.rowwise``: True asks for the per-row statistics, which an op
         that is not row-wise cannot give.
+    reference : array, optional
+        The run's reference: where the op has an identity for it, the magnitude is computed
+        from it (:func:`tolstat.ops.op_statistics`).
 
     Returns
     -------
@@ -222,7 +225,7 @@ def derive_op_statistics(op: str, inputs: Sequence[Any], params: Mapping[str, An
     from tolstat import ops
 
     validate_op_args(inputs, params)
-    st = ops.op_statistics(op, tuple(inputs), dict(params) if params else None, dtype=dtype)
+    st = ops.op_statistics(op, tuple(inputs), dict(params) if params else None, dtype=dtype, reference=reference)
     k = float(st.K)
     cov = dict(covariates)
     if "K" in cov and float(cov["K"]) != k:
@@ -254,7 +257,8 @@ def _record(actual: Any, expected: Any, i: int, *, op: str, dtype: str, hardware
         if op_args is not None:
             try:
                 magnitude, covariates, rowwise = derive_op_statistics(op, op_args[0], op_args[1], dtype=dtype,
-                                                                      covariates=covariates, rowwise=rowwise)
+                                                                      covariates=covariates, rowwise=rowwise,
+                                                                      reference=expected)
             except (ValueError, TypeError) as exc:
                 raise type(exc)(f"{exc} ({_DERIVE_HINT.format(op=op)})") from exc
         # the operator statistics first, and their magnitude dropped, so that their

@@ -60,6 +60,63 @@ def _sigmoid(c: Call, dtype: Any) -> np.ndarray:
     return np.maximum(special.expit(_one(c, dtype)), range_floor(dtype))
 
 
+#: elements from which the reference identities run as numba kernels (:mod:`tolstat.ops._kernels`)
+KERNEL_FROM = 4096
+
+
+def _native(c: Call, ref: np.ndarray) -> np.ndarray | None:
+    """The input as a numpy float array (a numpy input in its own format, a tensor in
+    float64) where it has the reference's shape; None otherwise (the reference is not used)."""
+    x = c.raw("input")
+    if tuple(getattr(x, "shape", ())) != ref.shape or not hasattr(x, "shape"):
+        return None
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+        return x
+    return c.array("input")
+
+
+def _gelu_ref(c: Call, ref: np.ndarray, dtype: Any) -> np.ndarray | None:
+    # gelu(x) - gelu(-x) = x for both forms (x s(x) with s(x) + s(-x) = 1), so the magnitude
+    # 0.5 |x| (1 + |erf(x / sqrt 2)|) = gelu(|x|) = ref + max(-x, 0); -x and the max are exact
+    c.choice("approximate", ("none", "tanh"))
+    x = _native(c, ref)
+    if x is None:
+        return None
+    if x.size >= KERNEL_FROM:
+        from tolstat.ops._kernels import gelu_magnitude, gelu_magnitude16
+
+        m = np.empty(ref.shape)
+        r = np.ascontiguousarray(ref).ravel()
+        if x.dtype == np.float16:
+            from tolstat._base.cast_kernels import float16_table
+
+            ok = gelu_magnitude16(np.ascontiguousarray(x).ravel().view(np.uint16), float16_table("float64"), r,
+                                  m.reshape(-1))
+        else:
+            xf = np.ascontiguousarray(x, dtype=x.dtype if x.dtype in (np.float32, np.float64) else np.float64)
+            ok = gelu_magnitude(xf.ravel(), r, m.reshape(-1))
+    else:
+        m = ref - np.minimum(x, 0)
+        ok = not np.isnan(m).any()
+    # a NaN reference (gelu(-inf) in float64) where the op on |x| is not NaN: from the input
+    return m if ok else None
+
+
+def _silu_ref(c: Call, ref: np.ndarray, dtype: Any) -> np.ndarray | None:
+    x = _native(c, ref)
+    if x is None:
+        return None
+    return np.maximum(np.abs(ref), np.multiply(np.abs(x), range_floor(dtype), dtype=np.float64))
+
+
+def _sigmoid_ref(c: Call, ref: np.ndarray, dtype: Any) -> np.ndarray | None:
+    return None if _native(c, ref) is None else np.maximum(np.abs(ref), range_floor(dtype))
+
+
+def _tanh_ref(c: Call, ref: np.ndarray, dtype: Any) -> np.ndarray | None:
+    return None if _native(c, ref) is None else np.abs(ref)
+
+
 def _binary(sign: float):
     def magnitude(c: Call, dtype: Any) -> np.ndarray:
         a, b = c.optional("input"), c.optional("other")
@@ -77,15 +134,17 @@ def _one_k(c: Call) -> float:
 
 
 _add("gelu", _torch_model("gelu", "input, approximate='none'", _gelu, _one_k,
-                          model="0.5 |x| (1 + |erf(x / sqrt 2)|) (tanh form: |tanh(...)| for |erf|)", k_rule="1"))
+                          model="0.5 |x| (1 + |erf(x / sqrt 2)|) (tanh form: |tanh(...)| for |erf|)", k_rule="1",
+                          from_reference=_gelu_ref))
 _add("silu", _torch_model("silu", "input, inplace=False", _silu, _one_k,
-                          model="max(|x sigmoid(x)|, |x| tiny_c / u_c)", k_rule="1"), aliases=("swish", "SiLU"))
+                          model="max(|x sigmoid(x)|, |x| tiny_c / u_c)", k_rule="1", from_reference=_silu_ref),
+     aliases=("swish", "SiLU"))
 _add("relu", _torch_model("relu", "input, inplace=False", lambda c, dt: np.maximum(_one(c, dt), 0.0), _one_k,
                           model="|relu(x)| (exact)", k_rule="1"), aliases=("ReLU", "relu_"))
 _add("sigmoid", _torch_model("sigmoid", "input", _sigmoid, _one_k, model="max(sigmoid(x), tiny_c / u_c)",
-                             k_rule="1"), aliases=("expit", "special.expit", "Sigmoid"))
+                             k_rule="1", from_reference=_sigmoid_ref), aliases=("expit", "special.expit", "Sigmoid"))
 _add("tanh", _torch_model("tanh", "input", lambda c, dt: np.abs(np.tanh(_one(c, dt))), _one_k,
-                          model="|tanh(x)|", k_rule="1"), aliases=("Tanh",))
+                          model="|tanh(x)|", k_rule="1", from_reference=_tanh_ref), aliases=("Tanh",))
 _add("add", _torch_model("add", "input, other, *, alpha=1", _binary(1.0), _one_k,
                          model="|input| + |alpha| |other|", k_rule="1"), aliases=("__add__",))
 _add("sub", _torch_model("sub", "input, other, *, alpha=1", _binary(-1.0), _one_k,

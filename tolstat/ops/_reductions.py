@@ -66,6 +66,19 @@ def _rowwise_op(rows: Callable[[np.ndarray], np.ndarray]):
     return magnitude
 
 
+def _rowwise_ref(offset: float):
+    """The magnitude from the reference: ``|softmax(x)|`` is ``|ref|``; log_softmax's
+    ``|x - max| + log(sum exp(x - max)) + 1`` is ``|ref| + 1`` (``ref = (x - max) - lse``
+    with ``x - max <= 0 <= lse``)."""
+    def from_reference(c: Call, ref: np.ndarray, dtype: Any) -> np.ndarray | None:
+        shape = c.shape("input")
+        _softmax_dim(c, len(shape))  # the argument checks of the magnitude from the input
+        if shape != ref.shape:
+            return None
+        return np.abs(ref) + offset if offset else np.abs(ref)
+    return from_reference
+
+
 def _rowwise_k(c: Call) -> float:
     return _row_len(c, _softmax_dim(c, len(c.shape("input"))))
 
@@ -128,6 +141,15 @@ def _rms_norm(c: Call, dtype: Any) -> np.ndarray:
     w = _affine(c, "weight", ns, n, 1.0)
     eps = _opmath_eps(c.raw("input")) if c.raw("eps") is None else c.number("eps")
     return np.abs(rows / np.sqrt((rows * rows).mean(-1, keepdims=True) + eps) * w).reshape(x.shape)
+
+
+def _rms_norm_ref(c: Call, ref: np.ndarray, dtype: Any) -> np.ndarray | None:
+    # |x / sqrt(mean(x^2) + eps) * w| is |ref|; the arguments checked as from the input
+    ns = _normalized(c)
+    _affine(c, "weight", ns, math.prod(ns), 1.0)
+    if c.raw("eps") is not None:
+        c.number("eps")
+    return np.abs(ref) if c.shape("input") == ref.shape else None
 
 
 def _norm_k(c: Call) -> float:
@@ -227,12 +249,13 @@ def _cumsum_last(c: Call) -> bool:
 
 _add("softmax", _torch_model("softmax", "input, dim=None, _stacklevel=3, dtype=None", _rowwise_op(_softmax_rows),
                              _rowwise_k, rowwise=True, rows_last=_dim_is_last, model="|softmax(input)|",
-                             k_rule="input.shape[dim]"),
+                             k_rule="input.shape[dim]", from_reference=_rowwise_ref(0.0)),
      aliases=("_softmax", "special.softmax", "Softmax"))
 _add("log_softmax", _torch_model(
     "log_softmax", "input, dim=None, _stacklevel=3, dtype=None", _rowwise_op(_log_softmax_rows), _rowwise_k,
     rowwise=True, rows_last=_dim_is_last, model="|x - max| + log(sum exp(x - max)) + 1 along dim",
-    k_rule="input.shape[dim]"), aliases=("_log_softmax", "special.log_softmax", "LogSoftmax"))
+    k_rule="input.shape[dim]", from_reference=_rowwise_ref(1.0)),
+    aliases=("_log_softmax", "special.log_softmax", "LogSoftmax"))
 _add("layer_norm", _torch_model(
     "layer_norm", "input, normalized_shape, weight=None, bias=None, eps=1e-05", _layer_norm, _norm_k, rowwise=True,
     model="(|x - mu| + mean|x|) / sqrt(var + eps) * |weight| + |bias|", k_rule="prod(normalized_shape)"),
@@ -240,7 +263,7 @@ _add("layer_norm", _torch_model(
 _add("rms_norm", _torch_model(
     "rms_norm", "input, normalized_shape, weight=None, eps=None", _rms_norm, _norm_k, rowwise=True,
     model="|x / sqrt(mean(x^2) + eps) * weight| (eps=None: the compute type's epsilon, as torch)",
-    k_rule="prod(normalized_shape)"), aliases=("rmsnorm", "RMSNorm"))
+    k_rule="prod(normalized_shape)", from_reference=_rms_norm_ref), aliases=("rmsnorm", "RMSNorm"))
 _add("group_norm", _torch_model(
     "group_norm", "input, num_groups, weight=None, bias=None, eps=1e-05", _group_norm, _group_k, rowwise=True,
     model="layer_norm's magnitude per group, then * |weight[c]| + |bias[c]|",

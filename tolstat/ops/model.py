@@ -18,6 +18,8 @@ __all__ = ["OpStatistics", "OpModel"]
 MagnitudeFn = Callable[[Sequence[Any], Mapping[str, Any], Any], np.ndarray]
 #: the reduction-length callable of a model: ``(args, kwargs) -> float``
 KFn = Callable[[Sequence[Any], Mapping[str, Any]], float]
+#: the magnitude from the call's reference: ``(args, kwargs, reference, dtype) -> ndarray or None``
+RefMagnitudeFn = Callable[[Sequence[Any], Mapping[str, Any], np.ndarray, Any], Union[np.ndarray, None]]
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,13 @@ class OpModel:
         (a ``dim`` argument); None: always. A row-wise op reports ``rowwise`` only then.
     signature : inspect.Signature, optional
         The torch signature the arguments are bound to (documentation and errors).
+    from_reference : callable, optional
+        ``from_reference(args, kwargs, reference, dtype) -> ndarray or None``: the same
+        magnitude computed from the call's reference (the op's exact output, float64) by an
+        identity of the op, where that is cheaper than ``magnitude`` (``|softmax(x)|`` is
+        ``|ref|``; ``gelu(|x|)`` is ``ref + max(-x, 0)``); None where it does not apply
+        (a reference of another shape), and then ``magnitude`` is used. It must agree with
+        ``magnitude`` up to the rounding of the reference.
     """
 
     magnitude: MagnitudeFn
@@ -81,18 +90,54 @@ class OpModel:
     k_rule: str = ""
     rows_last: Union[KFn, None] = None
     signature: Union[inspect.Signature, None] = field(default=None, compare=False)
+    from_reference: Union[RefMagnitudeFn, None] = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         for name in ("magnitude", "K"):
             if not callable(getattr(self, name)):
                 raise TypeError(f"OpModel.{name} must be callable, got {show(getattr(self, name))}")
-        if self.rows_last is not None and not callable(self.rows_last):
-            raise TypeError(f"OpModel.rows_last must be callable or None, got {show(self.rows_last)}")
+        for name in ("rows_last", "from_reference"):
+            if getattr(self, name) is not None and not callable(getattr(self, name)):
+                raise TypeError(f"OpModel.{name} must be callable or None, got {show(getattr(self, name))}")
+
+    def statistics(self, args: Sequence[Any], kwargs: Mapping[str, Any], dtype: Any,
+                   reference: np.ndarray | None = None) -> tuple[Any, float, bool]:
+        """``(magnitude, K, rows)`` of one call: the magnitude (from ``reference`` where
+        :attr:`from_reference` gives it, from the arguments otherwise), the reduction length
+        and whether this call's rows lie along the last axis (``rowwise`` and
+        :attr:`rows_last`)."""
+        m = None
+        if reference is not None and self.from_reference is not None:
+            m = self.from_reference(args, kwargs, reference, dtype)
+        if m is None:
+            m = self.magnitude(args, kwargs, dtype)
+        rows = self.rowwise and (self.rows_last is None or bool(self.rows_last(args, kwargs)))
+        return m, float(self.K(args, kwargs)), rows
+
+
+class _TorchModel(OpModel):
+    """A built-in model: the call's arguments bound once to the torch signature per
+    :meth:`statistics` (the magnitude, ``K`` and the row flag read the same binding)."""
+
+    _parts: tuple[Any, ...] = ()
+
+    def statistics(self, args: Sequence[Any], kwargs: Mapping[str, Any], dtype: Any,
+                   reference: np.ndarray | None = None) -> tuple[Any, float, bool]:
+        op, magnitude, K, rows_last, from_ref = self._parts
+        c = Call(op, self.signature, args, kwargs)
+        m = None
+        if reference is not None and from_ref is not None:
+            m = from_ref(c, reference, dtype)
+        if m is None:
+            m = magnitude(c, dtype)
+        rows = self.rowwise and (rows_last is None or bool(rows_last(c)))
+        return m, float(K(c)), rows
 
 
 def _torch_model(op: str, spec: str, magnitude: Callable[[Call, Any], np.ndarray], K: Callable[[Call], float],
                  *, rowwise: bool = False, rows_last: Callable[[Call], bool] | None = None,
-                 model: str = "", k_rule: str = "") -> OpModel:
+                 model: str = "", k_rule: str = "",
+                 from_reference: Callable[[Call, np.ndarray, Any], np.ndarray | None] | None = None) -> OpModel:
     """A built-in model: the call is bound to the torch signature ``spec`` (torch's defaults)."""
     sig = signature(spec)
 
@@ -106,5 +151,12 @@ def _torch_model(op: str, spec: str, magnitude: Callable[[Call, Any], np.ndarray
         assert rows_last is not None
         return rows_last(Call(op, sig, args, kwargs))
 
-    return OpModel(magnitude=mag, K=k, rowwise=rowwise, model=model, k_rule=k_rule,
-                   rows_last=last if rows_last else None, signature=sig)
+    def ref(args: Sequence[Any], kwargs: Mapping[str, Any], reference: np.ndarray, dtype: Any) -> np.ndarray | None:
+        assert from_reference is not None
+        return from_reference(Call(op, sig, args, kwargs), reference, dtype)
+
+    out = _TorchModel(magnitude=mag, K=k, rowwise=rowwise, model=model, k_rule=k_rule,
+                      rows_last=last if rows_last else None, signature=sig,
+                      from_reference=ref if from_reference else None)
+    object.__setattr__(out, "_parts", (op, magnitude, K, rows_last, from_reference))
+    return out

@@ -185,7 +185,7 @@ def aliases(name: str) -> list[str]:
 
 
 def op_statistics(op: str, inputs: Sequence[Any], params: Mapping[str, Any] | None = None, *,
-                  dtype: Any) -> OpStatistics:
+                  dtype: Any, reference: Any = None) -> OpStatistics:
     """Magnitude, reduction length and row flag of one call of a torch op.
 
     Parameters
@@ -202,6 +202,15 @@ def op_statistics(op: str, inputs: Sequence[Any], params: Mapping[str, Any] | No
         Its keyword arguments (``{"eps": 1e-5}``, ``{"dim": -1}``); torch's defaults fill the rest.
     dtype : str or dtype
         The kernel's output format (``"float16"``, ``torch.bfloat16``, ...).
+    reference : array, optional
+        The call's reference (the op's output in float64 on the same inputs). Where the
+        op's model has an identity that gives the magnitude from it
+        (:attr:`~tolstat.ops.model.OpModel.from_reference`: ``|ref|`` for softmax, rms_norm,
+        tanh; ``|ref| + 1`` for log_softmax; ``ref + max(-x, 0)`` for gelu; ...) the
+        magnitude is computed that way, without evaluating the op again: the same values up
+        to the reference's rounding. A reference of another shape than the op's output is
+        not used. :func:`tolstat.check`, :func:`tolstat.collect` and
+        :func:`tolstat.from_pairs` pass theirs.
 
     Returns
     -------
@@ -243,12 +252,15 @@ def op_statistics(op: str, inputs: Sequence[Any], params: Mapping[str, Any] | No
     if params is not None and not isinstance(params, Mapping):
         raise TypeError(f"{op}: params must be a mapping of keyword arguments, got {show(params)}")
     kwargs = dict(params or {})
+    ref = None
+    if reference is not None and model.from_reference is not None:
+        ref = reference if isinstance(reference, np.ndarray) and reference.dtype == np.float64 else \
+            to_f64(reference, op, "reference")
     with np.errstate(all="ignore"):
-        m = np.asarray(model.magnitude(args, kwargs, dtype), dtype=np.float64)
-    k = float(model.K(args, kwargs))
+        m, k, rows = model.statistics(args, kwargs, dtype, ref)
+        m = np.asarray(m, dtype=np.float64)
     if math.isnan(k) or k < 0:
         raise ValueError(f"{op}: the model's reduction length K must be >= 0, got {k!r}")
-    rows = model.rowwise and (model.rows_last is None or bool(model.rows_last(args, kwargs)))
     return OpStatistics(magnitude=m, K=max(k, 1.0), rowwise=rows)
 
 
