@@ -136,7 +136,7 @@ def _invariants_numpy(a, e, mag, op, row_axis, K=30.0, dtype="float16"):
     """Both shapes' invariants by their numpy definition (the scales, then invariant_values)."""
     from tolstat.measure.invariants import invariant_values, invariants
 
-    scales = noise._invariant_scales(a, e, mag, dtype=dtype, K=K, acc_dtype="float32")
+    scales = noise._invariant_scales(np.asarray(a, dtype=np.float64), e, mag, dtype=dtype, K=K, acc_dtype="float32")
     return tuple(invariant_values(a64, np.asarray(e, dtype=np.float64), s, fin, row_axis, invariants(op), op)
                  for a64, s, fin in scales)
 
@@ -146,6 +146,21 @@ def _invariants_numpy(a, e, mag, op, row_axis, K=30.0, dtype="float16"):
 @pytest.mark.parametrize("mag_kind", ["none", "full", "broadcast"])
 @pytest.mark.parametrize("special", ["none", "matched_inf", "nan_both", "zero_ref", "zero_row", "mag_inf"])
 def test_fused_invariants_equal_their_numpy_definition(op, shape, row_axis, mag_kind, special):
+    _fused_against_numpy(op, shape, row_axis, mag_kind, special, "float64")
+
+
+@pytest.mark.parametrize("op", ["softmax", "layer_norm"])
+@pytest.mark.parametrize("shape,row_axis", [((12, 300), -1), ((5, 7, 9), 1)])
+@pytest.mark.parametrize("special", ["none", "matched_inf", "nan_both", "zero_ref", "mag_inf"])
+@pytest.mark.parametrize("out_dtype", ["float16", "bfloat16", "float32"])
+def test_fused_invariants_read_low_precision_outputs_as_their_values(op, shape, row_axis, special, out_dtype):
+    # float16 and bfloat16 outputs are decoded from their bits in the kernel
+    _fused_against_numpy(op, shape, row_axis, "full", special, out_dtype)
+
+
+def _fused_against_numpy(op, shape, row_axis, mag_kind, special, out_dtype):
+    import ml_dtypes
+
     rng = np.random.default_rng([len(op), len(shape), len(mag_kind), len(special)])
     e = np.asarray(rng.standard_normal(shape) * np.exp(rng.uniform(-3, 3, shape)))
     a = np.asarray((e + 1e-3 * np.abs(e) * rng.standard_normal(shape)).astype(np.float16), dtype=np.float64)
@@ -169,6 +184,8 @@ def test_fused_invariants_equal_their_numpy_definition(op, shape, row_axis, mag_
         if mag.shape == e.shape:  # there also a zero reference under a nonzero output (not masked: its scale is inf)
             e.reshape(-1)[0] = 0.0
             a.reshape(-1)[0] = 1e-3
+    if out_dtype != "float64":
+        a = a.astype(ml_dtypes.bfloat16 if out_dtype == "bfloat16" else out_dtype)
     from tolstat.measure.invariants import invariants
 
     try:

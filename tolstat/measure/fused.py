@@ -1067,12 +1067,20 @@ def _blocked_output(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool, bool, 
     """How :func:`_op_blocked_kernel` reads an output: :func:`_kernel_output`'s ``(array,
     lut, use_lut)`` (what :func:`_op_kernel` reads) and ``(dec16, shift, scale, special)``: a
     float16 or bfloat16 output is decoded from its bits by :func:`_decode16`, not the table."""
-    d16 = _D16_OF.get(a.dtype)
-    if d16 is None:  # ``dtype.name`` costs microseconds per call: once per dtype
-        got = _DECODE16.get(a.dtype.name)
-        d16 = _D16_OF[a.dtype] = (False, 0, 1.0, 0) if got is None else (True, *got)
+    d16 = decode16_params(a.dtype)
     a, lut, use_lut = _kernel_output(a)
     return a, lut, use_lut, *d16
+
+
+def decode16_params(dtype: np.dtype) -> tuple[bool, int, float, int]:
+    """``(dec16, shift, scale, special)`` of :func:`_decode16` for an output of ``dtype``:
+    ``dec16`` True for float16 and bfloat16 (read as their bit patterns), ``(False, 0,
+    1.0, 0)`` otherwise."""
+    d16 = _D16_OF.get(dtype)
+    if d16 is None:  # ``dtype.name`` costs microseconds per call: once per dtype
+        got = _DECODE16.get(dtype.name)
+        d16 = _D16_OF[dtype] = (False, 0, 1.0, 0) if got is None else (True, *got)
+    return d16
 
 
 #: the columns of :attr:`OpPass.stats` :func:`op_check_statistics` computes: the statistics of

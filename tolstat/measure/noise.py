@@ -70,7 +70,7 @@ from typing import Any
 import numpy as np
 
 from tolstat.measure.invariants import _proj_stat, _rows, invariant_values, invariants
-from tolstat._base.dtypes import target_dtype, unit_roundoff, widen_float16
+from tolstat._base.dtypes import target_dtype, unit_roundoff
 
 __all__ = [
     "FRAC_K",
@@ -518,25 +518,34 @@ def _fused_invariants(actual: np.ndarray, expected: np.ndarray, magnitude: Any, 
     :func:`~tolstat.measure.invariants.invariant_values` must run (an invariant registered
     by the user, a magnitude that does not have the output's shape, noise shapes that
     differ otherwise than by the intermediate-store term). The same values up to the
-    rounding of the row sums (sequential here, pairwise in numpy)."""
+    rounding of the row sums (reassociated here, pairwise in numpy)."""
     kinds = _fused_invariant_kinds()
     if not all(fn in kinds for fn in inv.values()):
         return None
+    from tolstat.measure import invariant_kernels as K_
+    from tolstat.measure.fused import decode16_params
+
     a = np.asarray(actual)
-    # a float16 output widened through the table of numpy's own cast (the same values, faster)
-    a = widen_float16(a, np.float64) if a.dtype == np.float16 else np.asarray(a, dtype=np.float64)
+    # a 16-bit float output is read as its bit patterns and decoded in the kernel (no widened copy)
+    d16 = decode16_params(a.dtype)
+    if not d16[0]:
+        a = np.asarray(a, dtype=np.float64)
     e = np.asarray(expected, dtype=np.float64)
     kin = _shape_coefficients(a, e, magnitude, dtype=dtype, K=K, acc_dtype=acc_dtype)
     if kin is None:
         return None
-    from tolstat.measure import invariant_kernels as K_
 
     m, plain, mid = kin
+    last = not e.ndim or row_axis in (-1, e.ndim - 1)
 
     def rows_last(x: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(np.moveaxis(x, row_axis, -1) if x.ndim else x.reshape(1, 1)).ravel()
+        if not x.ndim:
+            return x.reshape(1)
+        return np.ascontiguousarray(x if last else np.moveaxis(x, row_axis, -1)).reshape(-1)
 
     af, ef = rows_last(a), rows_last(e)
+    if d16[0]:
+        af = af.view(np.uint16)
     mf = ef if m is None else rows_last(np.broadcast_to(m, e.shape))
     rowlen = int(a.shape[row_axis]) if a.ndim else 1
     values: dict[str, np.ndarray] = {}
@@ -548,8 +557,8 @@ def _fused_invariants(actual: np.ndarray, expected: np.ndarray, magnitude: Any, 
         got = np.zeros(4)
         if ef.size and rowlen:
             kind = kinds[inv[name]]
-            K_.row_projections(af, ef, mf, m is not None, plain, mid, rowlen, K_.W_DIFF if kind is None else kind,
-                               bool(zeros), got)
+            K_.row_projections(af, ef, mf, m is not None, (plain, mid), rowlen, K_.W_DIFF if kind is None else kind,
+                               bool(zeros), got, d16)
         if zeros:
             values.update({z: got[2:] for z in zeros})
             zeros = []
