@@ -635,3 +635,30 @@ def test_a_user_model_with_an_identity_uses_it_and_its_statistics_bind_the_call_
     monkeypatch.setattr(_args.Call, "__init__", counting)
     ops.op_statistics("softmax", (x,), {"dim": -1}, dtype="float16", reference=np.zeros((3, 5)))
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("shape, ns", [((40, 512), (512,)), ((3, 5, 700), (700,)), ((4, 6, 300), (6, 300))])
+@pytest.mark.parametrize("affine", ["both", "none", "bias"])
+def test_layer_norm_magnitude_of_large_inputs_is_the_formula(dtype, shape, ns, affine):
+    # from 4,096 elements a numba pass per row computes it (sums reassociated)
+    from tolstat.ops._reductions import _ln_rows
+
+    rng = _rng(7)
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    x.flat[:3] = [np.inf, 0.0, -0.0]
+    x[-1, ..., 5] = np.nan
+    w = (1 + 0.2 * rng.standard_normal(ns)).astype(dtype)
+    b = (0.2 * rng.standard_normal(ns)).astype(dtype)
+    args = {"both": (x, ns, w, b), "none": (x, ns), "bias": (x, ns, None, b)}[affine]
+    got = ops.op_statistics("layer_norm", args, {"eps": 1e-5}, dtype="float16").magnitude
+    n = math.prod(ns)
+    rows = x.astype(np.float64).reshape(-1, n)
+    wv = np.abs(w.astype(np.float64)).reshape(n) if affine == "both" else 1.0
+    bv = np.abs(b.astype(np.float64)).reshape(n) if affine != "none" else 0.0
+    with np.errstate(all="ignore"):
+        want = _ln_rows(rows, wv, bv, 1e-5).reshape(shape)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=1e-14, atol=0)

@@ -1,17 +1,19 @@
-"""numba kernels of the magnitudes that :mod:`tolstat.ops` computes from a call's reference
-(:attr:`tolstat.ops.model.OpModel.from_reference`) in one pass, without the temporaries of
-the numpy expression. Kept apart from the models so that importing :mod:`tolstat.ops` does
-not import numba; the models call them from ``tolstat.ops._pointwise.KERNEL_FROM``
-elements on."""
+"""numba kernels of magnitudes of :mod:`tolstat.ops`: gelu's from the call's reference
+(:attr:`tolstat.ops.model.OpModel.from_reference`) and layer_norm's from its input, each in
+one pass without the temporaries of the numpy expression. Kept apart from the models so
+that importing :mod:`tolstat.ops` does not import numba; the models call them from
+``tolstat.ops._pointwise.KERNEL_FROM`` elements on."""
 
 from __future__ import annotations
+
+import math
 
 import numba
 import numpy as np
 
 from tolstat._base import numba_cache as _numba_cache
 
-__all__ = ["gelu_magnitude", "gelu_magnitude16"]
+__all__ = ["gelu_magnitude", "gelu_magnitude16", "layer_norm_magnitude", "layer_norm_magnitude16"]
 
 _numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
@@ -42,3 +44,53 @@ def gelu_magnitude16(bits: np.ndarray, table: np.ndarray, ref: np.ndarray,
         if m != m:
             ok = False
     return ok
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", fastmath={"reassoc"})
+def _ln_row(x: np.ndarray, w: np.ndarray, b: np.ndarray, has_w: bool, has_b: bool, eps: float,
+            out: np.ndarray) -> None:  # pragma: no cover - numba
+    """layer_norm's magnitude of one row (``tolstat.ops._reductions._ln_rows``): its
+    operations in its order, the three row means by sums that may be reassociated (the
+    loops vectorise; numpy's sums are pairwise), ``w`` and ``b`` already absolute."""
+    n = x.size
+    s = 0.0
+    for i in range(n):
+        s += x[i]
+    mu = s / n
+    q = 0.0
+    sa = 0.0
+    for i in range(n):
+        d = x[i] - mu
+        q += d * d
+        sa += abs(x[i])
+    den = math.sqrt(q / n + eps)
+    mabs = sa / n
+    for i in range(n):
+        v = (abs(x[i] - mu) + mabs) / den
+        if has_w:
+            v = v * w[i]
+        if has_b:
+            v = v + b[i]
+        out[i] = v
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def layer_norm_magnitude(x: np.ndarray, rowlen: int, w: np.ndarray, b: np.ndarray, has_w: bool, has_b: bool,
+                         eps: float, out: np.ndarray) -> None:  # pragma: no cover - numba
+    """layer_norm's magnitude over the rows (``rowlen`` consecutive elements) of a flat
+    float32 or float64 ``x``, into ``out``."""
+    for r0 in range(0, x.size, rowlen):
+        _ln_row(x[r0:r0 + rowlen], w, b, has_w, has_b, eps, out[r0:r0 + rowlen])
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def layer_norm_magnitude16(bits: np.ndarray, table: np.ndarray, rowlen: int, w: np.ndarray, b: np.ndarray,
+                           has_w: bool, has_b: bool, eps: float, out: np.ndarray) -> None:  # pragma: no cover
+    """:func:`layer_norm_magnitude` of a float16 ``x`` given as its bit patterns and the
+    float64 value of every pattern (each row decoded into a buffer first)."""
+    buf = np.empty(rowlen)
+    for r0 in range(0, bits.size, rowlen):
+        row = bits[r0:r0 + rowlen]
+        for i in range(rowlen):
+            buf[i] = table[row[i]]
+        _ln_row(buf, w, b, has_w, has_b, eps, out[r0:r0 + rowlen])

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tolstat.ops._args import Call, is_torch
+from tolstat.ops._pointwise import KERNEL_FROM
 from tolstat.ops.model import OpModel, _torch_model
 
 __all__: list[str] = []
@@ -115,11 +116,39 @@ def _ln_rows(x: np.ndarray, w: Any, b: Any, eps: float) -> np.ndarray:
 
 def _layer_norm(c: Call, dtype: Any) -> np.ndarray:
     ns = _normalized(c)
-    x = c.array("input")
     n = math.prod(ns)
-    rows = x.reshape(x.shape[: x.ndim - len(ns)] + (n,))
     w, b = _affine(c, "weight", ns, n, 1.0), _affine(c, "bias", ns, n, 0.0)
-    return _ln_rows(rows, w, b, c.number("eps")).reshape(x.shape)
+    eps = c.number("eps")
+    raw = c.raw("input")
+    if isinstance(raw, np.ndarray) and raw.dtype in _LN_KERNEL_DTYPES and raw.size >= KERNEL_FROM and n:
+        return _ln_kernel(raw, n, w, b, eps)
+    x = c.array("input")
+    rows = x.reshape(x.shape[: x.ndim - len(ns)] + (n,))
+    return _ln_rows(rows, w, b, eps).reshape(x.shape)
+
+
+#: input formats that :func:`_ln_kernel` reads as they are (float16 through a table)
+_LN_KERNEL_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _ln_kernel(x: np.ndarray, n: int, w: Any, b: Any, eps: float) -> np.ndarray:
+    """:func:`_ln_rows` of a numpy input by :mod:`tolstat.ops._kernels` (one pass per row, no
+    float64 copy of the input); the same values up to the rounding of the row sums."""
+    from tolstat.ops import _kernels
+
+    flat = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty(x.shape)
+    wa = w if isinstance(w, np.ndarray) else np.ones(1)
+    ba = b if isinstance(b, np.ndarray) else np.zeros(1)
+    args = (n, np.ascontiguousarray(wa, dtype=np.float64), np.ascontiguousarray(ba, dtype=np.float64),
+            isinstance(w, np.ndarray), isinstance(b, np.ndarray), float(eps), out.reshape(-1))
+    if x.dtype == np.float16:
+        from tolstat._base.cast_kernels import float16_table
+
+        _kernels.layer_norm_magnitude16(flat.view(np.uint16), float16_table("float64"), *args)
+    else:
+        _kernels.layer_norm_magnitude(flat, *args)
+    return out
 
 
 def _opmath_eps(x: Any) -> float:
