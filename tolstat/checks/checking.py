@@ -457,7 +457,7 @@ def _operator_result(m: Any, actual: Any, expected: Any, ent: ToleranceEntry, ma
         stats = pair_op_statistics(actual, expected, m, dtype=ent.dtype, magnitude=mag, K=K, rowwise=c.rowwise,
                                    op=ent.op)
     s, which = combined_score(stats, c.q, which=True)
-    s, which = float(s), str(which)
+    s, which = float(s), str(which.item() if isinstance(which, np.ndarray) else which)
     values = {"op_score": s, **{k: float(stats[k]) for k in c.q}}
     note = ("no probability quoted: the threshold is an order statistic of the combined score"
             + (f"; {which} trips first" if which else ""))

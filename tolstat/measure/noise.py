@@ -455,6 +455,15 @@ def op_pass_coefficients(td: Any, K: float, acc_dtype: Any = "float32") -> tuple
     ``s0 = (A |e| + B m) + D`` is :func:`noise_scale` under ``PLAIN_SHAPE``, ``s1 = ((A |e| + B m) +
     C m) + D`` under ``MID_SHAPE``, for the output format ``td`` (a :class:`TargetDtype`) and
     the reduction length ``K``."""
+    try:
+        return _pass_coefficients(td, float(K), acc_dtype)
+    except TypeError:  # an unhashable acc_dtype: worked out without the cache
+        return _pass_coefficients.__wrapped__(td, float(K), acc_dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _pass_coefficients(td: Any, K: float, acc_dtype: Any) -> tuple[float, float, float, float]:
+    """:func:`op_pass_coefficients`, cached (a suite checks few formats and lengths)."""
     u_out, u_acc = unit_roundoff(td.name), unit_roundoff(acc_dtype)
     return (PLAIN_SHAPE.c_out * u_out, PLAIN_SHAPE.c_acc * u_acc * math.sqrt(K),
             MID_SHAPE.c_mid * u_out / math.sqrt(max(K, 1.0)), u_out * td.tiny)
@@ -546,7 +555,7 @@ def _fused_invariants(actual: np.ndarray, expected: np.ndarray, magnitude: Any, 
     af, ef = rows_last(a), rows_last(e)
     if d16[0]:
         af = af.view(np.uint16)
-    mf = ef if m is None else rows_last(np.broadcast_to(m, e.shape))
+    mf = ef if m is None else rows_last(m if m.shape == e.shape else np.broadcast_to(m, e.shape))
     rowlen = int(a.shape[row_axis]) if a.ndim else 1
     values: dict[str, np.ndarray] = {}
     zeros = [name for name, fn in inv.items() if kinds[fn] is None]
@@ -582,7 +591,7 @@ def _shape_coefficients(a: np.ndarray, e: np.ndarray, magnitude: Any, *, dtype: 
     term, a magnitude that does not broadcast to ``e``'s shape, ``a`` of another shape)."""
     m = None if magnitude is None else _f64(magnitude, "magnitude")
     try:
-        fits = m is None or np.broadcast_shapes(m.shape, e.shape) == e.shape
+        fits = m is None or m.shape == e.shape or np.broadcast_shapes(m.shape, e.shape) == e.shape
     except ValueError:  # noise_scale raises its own error
         fits = False
     same = (MID_SHAPE.c_out == PLAIN_SHAPE.c_out and MID_SHAPE.c_acc == PLAIN_SHAPE.c_acc and not PLAIN_SHAPE.c_mid)
@@ -649,7 +658,7 @@ def combined_score(stats: Any, normalisers: Any, *, which: bool = False) -> Any:
     NaN statistics are skipped (``S`` is NaN when none applies), an infinite one gives
     ``+inf``; with ``which=True`` also the name of the statistic attaining the maximum.
     """
-    if not isinstance(stats, Mapping):
+    if type(stats) is not dict and not isinstance(stats, Mapping):
         raise TypeError(f"stats must be a mapping statistic name -> values, got {type(stats).__name__}")
     if not normalisers:
         raise ValueError("normalisers is empty")
@@ -657,17 +666,18 @@ def combined_score(stats: Any, normalisers: Any, *, which: bool = False) -> Any:
     if missing:
         raise ValueError(f"stats lacks the normalised statistics {missing}")
     keys = list(normalisers)
-    q = np.array([float(normalisers[k]) for k in keys])
-    if not np.all(np.isfinite(q) & (q > 0)):
+    qs = [float(normalisers[k]) for k in keys]
+    if not all(math.isfinite(v) and v > 0 for v in qs):
         raise ValueError(f"normalisers must be finite and > 0, got {dict(normalisers)}")
     if all(type(stats[k]) is float for k in keys):  # one pair (a check): the same maximum, without arrays
         best, name = -math.inf, ""
-        for k, qk in zip(keys, q.tolist()):
+        for k, qk in zip(keys, qs):
             v = stats[k] / qk
             if v > best or (not name and v == best):  # NaN skipped; the first maximum, as argmax
                 best, name = v, k
         s0 = np.asarray(best if name else math.nan, dtype=np.float64)  # 0-d, as the array path's
         return (s0, np.asarray(name, dtype=object)) if which else s0
+    q = np.array(qs)
     cols = np.broadcast_arrays(*[np.asarray(stats[k], dtype=np.float64) for k in keys])
     shape = cols[0].shape
     m = np.stack([c.ravel() for c in cols], axis=1) / q

@@ -12,7 +12,6 @@ from typing import Any, Callable
 import numpy as np
 
 from tolstat.ops._args import Call, is_torch
-from tolstat.ops._pointwise import KERNEL_FROM
 from tolstat.ops.model import OpModel, _torch_model
 
 __all__: list[str] = []
@@ -120,7 +119,7 @@ def _layer_norm(c: Call, dtype: Any) -> np.ndarray:
     w, b = _affine(c, "weight", ns, n, 1.0), _affine(c, "bias", ns, n, 0.0)
     eps = c.number("eps")
     raw = c.raw("input")
-    if isinstance(raw, np.ndarray) and raw.dtype in _LN_KERNEL_DTYPES and raw.size >= KERNEL_FROM and n:
+    if isinstance(raw, np.ndarray) and raw.dtype in _LN_KERNEL_DTYPES and raw.size and n:
         return _ln_kernel(raw, n, w, b, eps)
     x = c.array("input")
     rows = x.reshape(x.shape[: x.ndim - len(ns)] + (n,))
@@ -132,7 +131,7 @@ _LN_KERNEL_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.flo
 
 
 def _ln_kernel(x: np.ndarray, n: int, w: Any, b: Any, eps: float) -> np.ndarray:
-    """:func:`_ln_rows` of a numpy input by :mod:`tolstat.ops._kernels` (one pass per row, no
+    """:func:`_ln_rows` of a numpy input (any size) by :mod:`tolstat.ops._kernels` (one pass per row, no
     float64 copy of the input); the same values up to the rounding of the row sums."""
     from tolstat.ops import _kernels
 

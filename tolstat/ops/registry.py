@@ -247,9 +247,9 @@ def op_statistics(op: str, inputs: Sequence[Any], params: Mapping[str, Any] | No
     target_dtype(dtype)  # validates
     model = get(op)
     args = inputs
-    if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
+    if type(args) not in (tuple, list) and (isinstance(args, (str, bytes)) or not isinstance(args, Sequence)):
         raise TypeError(f"{op}: inputs must be the sequence of the op's positional arguments, got {show(args)}")
-    if params is not None and not isinstance(params, Mapping):
+    if params is not None and type(params) is not dict and not isinstance(params, Mapping):
         raise TypeError(f"{op}: params must be a mapping of keyword arguments, got {show(params)}")
     kwargs = dict(params or {})
     ref = None
