@@ -662,3 +662,27 @@ def test_layer_norm_magnitude_of_large_inputs_is_the_formula(dtype, shape, ns, a
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
     fin = np.isfinite(want)
     np.testing.assert_allclose(got[fin], want[fin], rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("spec", ["input, dim=None, _stacklevel=3, dtype=None", "input, other, *, alpha=1",
+                                  "input, normalized_shape, weight=None, bias=None, eps=1e-05",
+                                  "input, dim, *, dtype=None"])
+def test_a_call_binds_its_arguments_as_inspect_does(spec):
+    from tolstat.ops._args import Call, signature
+
+    sig = signature(spec)
+    names = list(sig.parameters)
+    rng = _rng(11)
+    for _ in range(300):
+        n_pos = int(rng.integers(0, len(names) + 2))
+        args = tuple(f"p{i}" for i in range(n_pos))
+        kw = {str(k): "k" for k in rng.choice(names + ["bogus"], size=int(rng.integers(0, 3)))}
+        try:
+            bound = sig.bind(*args, **kw)
+        except TypeError:
+            with pytest.raises(TypeError, match=re.escape(f"op{sig}: ")):
+                Call("op", sig, args, kw)
+            continue
+        bound.apply_defaults()
+        got = Call("op", sig, args, kw).arguments
+        assert got == dict(bound.arguments) and list(got) == list(bound.arguments)

@@ -86,6 +86,44 @@ def to_f64(x: Any, op: str, arg: str) -> np.ndarray:
         raise bad() from exc
 
 
+#: id(signature) -> (signature, positional-or-keyword names, every name, defaults): what
+#: :func:`_fast_bind` reads of a signature, worked out once (the signature kept alive)
+_PLANS: dict[int, tuple[inspect.Signature, tuple[str, ...], tuple[str, ...], dict[str, Any]]] = {}
+
+
+def _fast_bind(sig: inspect.Signature, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``sig.bind(*args, **kwargs)`` with the defaults applied, as a dict in the signature's
+    order, for a signature of :func:`signature` (positional-or-keyword and keyword-only
+    parameters); None where the call is not a plain one (too many positional arguments, an
+    unknown or repeated keyword, a missing required argument): ``inspect`` then binds it
+    and raises its error."""
+    plan = _PLANS.get(id(sig))
+    if plan is None or plan[0] is not sig:
+        params = list(sig.parameters.values())
+        if any(p.kind not in (_P.POSITIONAL_OR_KEYWORD, _P.KEYWORD_ONLY) for p in params):
+            return None
+        plan = _PLANS[id(sig)] = (sig, tuple(p.name for p in params if p.kind == _P.POSITIONAL_OR_KEYWORD),
+                                  tuple(p.name for p in params),
+                                  {p.name: p.default for p in params if p.default is not _P.empty})
+    _, positional, names, defaults = plan
+    if len(args) > len(positional):
+        return None
+    given = dict(zip(positional, args))
+    for k, v in kwargs.items():
+        if k in given or k not in names:
+            return None
+        given[k] = v
+    out = {}
+    for n in names:
+        if n in given:
+            out[n] = given[n]
+        elif n in defaults:
+            out[n] = defaults[n]
+        else:
+            return None
+    return out
+
+
 class Call:
     """The arguments of one call of a torch function, bound to its signature with torch's defaults.
 
@@ -101,17 +139,21 @@ class Call:
 
     def __init__(self, op: str, sig: inspect.Signature, args: Sequence[Any],
                  kwargs: Mapping[str, Any] | None) -> None:
-        if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
+        if type(args) not in (tuple, list) and (isinstance(args, (str, bytes)) or not isinstance(args, Sequence)):
             raise TypeError(f"{op}: inputs must be the sequence of the positional arguments of "
                             f"{op}{sig}, got {show(args)}")
-        try:
-            bound = sig.bind(*args, **dict(kwargs or {}))
-        except TypeError as exc:
-            raise TypeError(f"{op}{sig}: {exc}") from None
-        bound.apply_defaults()
+        arguments = _fast_bind(sig, args, kwargs or {})
+        if arguments is None:  # an irregular call: inspect's binding, and its error
+            try:
+                bound = sig.bind(*args, **dict(kwargs or {}))
+            except TypeError as exc:
+                raise TypeError(f"{op}{sig}: {exc}") from None
+            bound.apply_defaults()
+            arguments = dict(bound.arguments)
         self.op = op
-        self.arguments: dict[str, Any] = dict(bound.arguments)
+        self.arguments: dict[str, Any] = arguments
         self._f64: dict[str, np.ndarray] = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}
 
     def raw(self, name: str) -> Any:
         """The argument as given."""
@@ -123,11 +165,15 @@ class Call:
 
     def shape(self, name: str) -> tuple[int, ...]:
         """The shape of an array argument (no conversion)."""
+        got = self._shapes.get(name)
+        if got is not None:
+            return got
         x = self.raw(name)
         if not is_array(x):
             raise TypeError(f"{self.op}: argument {name!r} must be an array (numpy array or "
                             f"torch tensor), got {show(x)}")
-        return tuple(int(s) for s in x.shape)
+        got = self._shapes[name] = tuple(int(s) for s in x.shape)
+        return got
 
     def array(self, name: str, *, ndim: Sequence[int] | None = None) -> np.ndarray:
         """An array argument as float64; ``ndim``: the allowed numbers of dimensions."""
