@@ -154,6 +154,8 @@ class Call:
         self.arguments: dict[str, Any] = arguments
         self._f64: dict[str, np.ndarray] = {}
         self._shapes: dict[str, tuple[int, ...]] = {}
+        #: what a model works out of the call once for its magnitude, ``K`` and rows
+        self.memo: dict[str, Any] = {}
 
     def raw(self, name: str) -> Any:
         """The argument as given."""

@@ -86,6 +86,13 @@ def _rowwise_k(c: Call) -> float:
 # ----------------------------------------------------------------------------- norms
 
 def _normalized(c: Call) -> tuple[int, ...]:
+    got = c.memo.get("normalized_shape")
+    if got is None:
+        got = c.memo["normalized_shape"] = _normalized_shape(c)
+    return got
+
+
+def _normalized_shape(c: Call) -> tuple[int, ...]:
     ns = c.raw("normalized_shape")
     ns = (ns,) if isinstance(ns, (int, np.integer)) and not isinstance(ns, bool) else ns
     try:
