@@ -228,6 +228,20 @@ def test_probabilities_are_estimated_on_first_access(tables):
         r.nope  # noqa: B018
 
 
+def test_ratios_are_made_on_first_access_as_the_decision_defines_them(tables):
+    dtype, tabs = tables
+    table = tabs["auto"]
+    a, e = _pair(np.random.default_rng(5), 500, NP[dtype])
+    r = tolstat.check(a, e, op="sum", dtype=dtype, table=table, hardware="cpu")
+    assert "ratios" not in vars(r)  # not needed for the verdict
+    assert r.ratios == {k: float(ratio(v, r.thresholds[k])) for k, v in r.statistics.items()}
+    assert set(r.failed) == {k for k, v in r.ratios.items() if v > 1.0}
+    r2 = tolstat.check(a, e, op="sum", dtype=dtype, table=table, hardware="cpu")
+    assert pickle.loads(pickle.dumps(r2)).ratios == r.ratios
+    assert dataclasses.replace(r2, methods={}).ratios == r.ratios
+    assert r2 == r
+
+
 # --------------------------------------------------------------------------- correctly rounded, exactly
 def _boundary_references(name, rng):
     """References on and next to every rounding boundary of a format (ties, the overflow

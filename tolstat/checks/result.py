@@ -125,7 +125,8 @@ class CheckResult:
 
         The one place where a check's verdict is formed: ``failed`` are the statistics
         whose value :func:`~tolstat.calibration.decision.exceeds` its threshold, ``ratios``
-        are :func:`~tolstat.calibration.decision.ratio` (over 1 exactly when failed),
+        (made on first access) are :func:`~tolstat.calibration.decision.ratio` (over 1
+        exactly when failed),
         ``passed`` is that no statistic failed, or, with ``decisive``, that this one (the
         combined score of an operator entry) did not. The entry gives the group, the
         promise and the methods, and by default the probabilities
@@ -149,20 +150,30 @@ class CheckResult:
                 where["atol"], where["rtol"] = math.nan, math.nan
         out = cls(passed=bool(passed), op=entry.op, dtype=entry.dtype, hardware=entry.hardware,
                   fallback=entry.fallback, statistics=values, thresholds=thresholds,
-                  ratios={k: ratio_value(v, thresholds[k]) for k, v in values.items()},
+                  ratios={},
                   probabilities=dict(probabilities), notes=dict(notes), failed=failed,
                   fp_budget=entry.fp_budget, confidence=entry.confidence, methods=methods,
                   n_calibration=entry.n, guarantee=str((entry.certificate or {}).get("guarantee", "")),
                   **where)
+        state = out.__dict__
+        del state["ratios"]  # made on first use from the values and thresholds (not needed for the verdict)
         if lazy:
-            state = out.__dict__
             del state["probabilities"], state["notes"]
             state["_lazy"] = (values, {k: entry.statistics[k] for k in values})
         return out
 
     def __getattr__(self, name: str) -> Any:
-        # only reached for an attribute not set: ``probabilities`` and ``notes`` of a result
-        # made by of_entry without them, estimated from the entry's calibrations on first use
+        # only reached for an attribute not set: ``ratios`` of a result made by of_entry
+        # (the ratio of each value to its threshold, made on first use), and
+        # ``probabilities`` and ``notes`` of one made without them, estimated from the
+        # entry's calibrations on first use
+        if name == "ratios":
+            state = self.__dict__
+            if "statistics" not in state or "thresholds" not in state:
+                raise AttributeError(name)
+            th = state["thresholds"]
+            state["ratios"] = {k: ratio_value(v, th[k]) for k, v in state["statistics"].items()}
+            return state["ratios"]
         if name not in ("probabilities", "notes"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         state = self.__dict__
