@@ -12,6 +12,7 @@ import numba
 import numpy as np
 
 from tolstat._base import numba_cache as _numba_cache
+from tolstat.measure.fused import _decode16
 
 __all__ = ["gelu_magnitude", "gelu_magnitude16", "layer_norm_magnitude", "layer_norm_magnitude16"]
 
@@ -32,13 +33,13 @@ def gelu_magnitude(x: np.ndarray, ref: np.ndarray, out: np.ndarray) -> bool:  # 
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def gelu_magnitude16(bits: np.ndarray, table: np.ndarray, ref: np.ndarray,
-                     out: np.ndarray) -> bool:  # pragma: no cover - numba
-    """:func:`gelu_magnitude` of a float16 ``x`` given as its bit patterns (``uint16``) and
-    the float64 value of every pattern (:func:`tolstat._base.cast_kernels.float16_table`)."""
+def gelu_magnitude16(bits: np.ndarray, ref: np.ndarray, out: np.ndarray) -> bool:  # pragma: no cover - numba
+    """:func:`gelu_magnitude` of a float16 ``x`` given as its bit patterns (``uint16``),
+    decoded exactly by :func:`tolstat.measure.fused._decode16` (no table: its loads would
+    miss the cache and keep the loop from vectorising)."""
     ok = True
     for i in range(out.size):
-        v = table[bits[i]]
+        v = _decode16(bits[i], 42, 2.0 ** 1008, 0x7C00)
         m = ref[i] - (v if v < 0.0 else 0.0)
         out[i] = m
         if m != m:
@@ -84,13 +85,13 @@ def layer_norm_magnitude(x: np.ndarray, rowlen: int, w: np.ndarray, b: np.ndarra
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def layer_norm_magnitude16(bits: np.ndarray, table: np.ndarray, rowlen: int, w: np.ndarray, b: np.ndarray,
+def layer_norm_magnitude16(bits: np.ndarray, rowlen: int, w: np.ndarray, b: np.ndarray,
                            has_w: bool, has_b: bool, eps: float, out: np.ndarray) -> None:  # pragma: no cover
-    """:func:`layer_norm_magnitude` of a float16 ``x`` given as its bit patterns and the
-    float64 value of every pattern (each row decoded into a buffer first)."""
+    """:func:`layer_norm_magnitude` of a float16 ``x`` given as its bit patterns (each row
+    decoded exactly into a buffer first, by :func:`tolstat.measure.fused._decode16`)."""
     buf = np.empty(rowlen)
     for r0 in range(0, bits.size, rowlen):
         row = bits[r0:r0 + rowlen]
         for i in range(rowlen):
-            buf[i] = table[row[i]]
+            buf[i] = _decode16(row[i], 42, 2.0 ** 1008, 0x7C00)
         _ln_row(buf, w, b, has_w, has_b, eps, out[r0:r0 + rowlen])

@@ -88,10 +88,7 @@ def _gelu_ref(c: Call, ref: np.ndarray, dtype: Any) -> np.ndarray | None:
         m = np.empty(ref.shape)
         r = np.ascontiguousarray(ref).ravel()
         if x.dtype == np.float16:
-            from tolstat._base.cast_kernels import float16_table
-
-            ok = gelu_magnitude16(np.ascontiguousarray(x).ravel().view(np.uint16), float16_table("float64"), r,
-                                  m.reshape(-1))
+            ok = gelu_magnitude16(np.ascontiguousarray(x).ravel().view(np.uint16), r, m.reshape(-1))
         else:
             xf = np.ascontiguousarray(x, dtype=x.dtype if x.dtype in (np.float32, np.float64) else np.float64)
             ok = gelu_magnitude(xf.ravel(), r, m.reshape(-1))

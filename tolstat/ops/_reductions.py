@@ -133,7 +133,7 @@ def _layer_norm(c: Call, dtype: Any) -> np.ndarray:
     return _ln_rows(rows, w, b, eps).reshape(x.shape)
 
 
-#: input formats that :func:`_ln_kernel` reads as they are (float16 through a table)
+#: input formats that :func:`_ln_kernel` reads as they are (float16 decoded from its bits)
 _LN_KERNEL_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
@@ -149,9 +149,7 @@ def _ln_kernel(x: np.ndarray, n: int, w: Any, b: Any, eps: float) -> np.ndarray:
     args = (n, np.ascontiguousarray(wa, dtype=np.float64), np.ascontiguousarray(ba, dtype=np.float64),
             isinstance(w, np.ndarray), isinstance(b, np.ndarray), float(eps), out.reshape(-1))
     if x.dtype == np.float16:
-        from tolstat._base.cast_kernels import float16_table
-
-        _kernels.layer_norm_magnitude16(flat.view(np.uint16), float16_table("float64"), *args)
+        _kernels.layer_norm_magnitude16(flat.view(np.uint16), *args)
     else:
         _kernels.layer_norm_magnitude(flat, *args)
     return out

@@ -132,6 +132,8 @@ def canonical_name(name: str) -> str | None:
     _ensure_builtins()
     if not isinstance(name, str):
         raise TypeError(f"op name must be a str, got {show(name)}")
+    if name in _MODELS:  # the common case, before the spelling is normalised
+        return name
     for n in (name, name.strip(), _normalise(name)):
         if n in _MODELS:
             return n
