@@ -171,10 +171,11 @@ def uses_op_model(op: str, op_model: bool | None, magnitude: Any) -> bool:
 def validate_op_args(inputs: Any, params: Any) -> None:
     """``inputs`` a tuple or list (not a string or a mapping), ``params`` a mapping or None:
     a ``TypeError`` naming the argument and its value otherwise."""
-    if isinstance(inputs, (str, bytes, Mapping)) or not isinstance(inputs, (tuple, list)):
+    if type(inputs) not in (tuple, list) and (isinstance(inputs, (str, bytes, Mapping))
+                                              or not isinstance(inputs, (tuple, list))):
         raise TypeError(f"inputs must be a tuple or list of the op's positional arguments, got "
                         f"{short_repr(inputs)} ({type(inputs).__name__})")
-    if params is not None and not isinstance(params, Mapping):
+    if params is not None and type(params) is not dict and not isinstance(params, Mapping):
         raise TypeError(f"params must be a mapping of the op's keyword arguments or None, got "
                         f"{short_repr(params)} ({type(params).__name__})")
 

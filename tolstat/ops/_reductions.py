@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tolstat.ops._args import Call, is_torch
+from tolstat.ops._pointwise import KERNEL_FROM
 from tolstat.ops.model import OpModel, _torch_model
 
 __all__: list[str] = []
@@ -75,7 +76,14 @@ def _rowwise_ref(offset: float):
         _softmax_dim(c, len(shape))  # the argument checks of the magnitude from the input
         if shape != ref.shape:
             return None
-        return np.abs(ref) + offset if offset else np.abs(ref)
+        if offset:
+            m = np.abs(ref)
+            m += offset
+            return m
+        # a softmax reference is >= 0 (NaN where the op's output is): |ref| is ref itself,
+        # without a copy (a large one; the test costs more than the copy below
+        # KERNEL_FROM); -0.0 reads as 0 wherever a magnitude is read (through its abs)
+        return ref if ref.size >= KERNEL_FROM and ref.min() >= 0 else np.abs(ref)
     return from_reference
 
 
