@@ -20,6 +20,7 @@ import pytest
 
 import tolstat
 from table_helpers import group as _group, table as _table
+from tolstat._base.cast_kernels import decode16
 from tolstat._base.dtypes import target_dtype
 from tolstat.checks import checking
 from tolstat.measure import fused
@@ -69,7 +70,7 @@ def test_the_branch_free_rounding_is_the_rounding(dtype):
 def _decode_all(codes, shift, scale, special):  # pragma: no cover - numba
     out = np.empty(codes.size)
     for i in range(codes.size):
-        out[i] = fused._decode16(codes[i], shift, scale, special)
+        out[i] = decode16(codes[i], shift, scale, special)
     return out
 
 
@@ -231,7 +232,7 @@ def test_the_check_pass_is_used_for_tables_of_score_statistics():
 
 
 def test_a_bfloat16_and_a_float8_output_are_read_as_their_values():
-    """The check's pass reads a bfloat16 output by its bits (:func:`_decode16`) and a
+    """The check's pass reads a bfloat16 output by its bits (:func:`decode16`) and a
     float8 output through its decode table: the full pass's numbers."""
     rng = np.random.default_rng(2)
     e = rng.standard_normal(1500)

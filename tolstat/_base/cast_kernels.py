@@ -21,8 +21,8 @@ from numba.extending import intrinsic
 
 from tolstat._base import numba_cache as _numba_cache
 
-__all__ = ["float_bits", "float_from_bits", "round_bfloat16_bits", "round_float16_bits", "widen_float16",
-           "float16_table"]
+__all__ = ["decode16", "float_bits", "float_from_bits", "round_bfloat16_bits", "round_float16_bits",
+           "widen_float16", "float16_table"]
 
 _numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
@@ -42,6 +42,32 @@ def float_from_bits(typingctx, b):  # noqa: ANN001, ANN202 - a numba intrinsic
         return builder.bitcast(args[0], context.get_value_type(types.float64))
     return types.float64(types.int64), codegen
 
+
+
+#: the exponent bits of a float64
+_EXP_ALL64 = np.int64(0x7FF) << 52
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def decode16(h: int, shift: int, scale: float, special: int) -> float:  # pragma: no cover - numba
+    """The float64 value of the bit pattern ``h`` of a 16-bit float format (float16:
+    ``shift = 42``, ``scale = 2**1008``, ``special = 0x7c00``; bfloat16: ``45``, ``2**896``,
+    ``0x7f80``), exact, without a table (a loop of it vectorises; for float16 the same bits
+    as numpy's cast of every pattern, NaNs included).
+
+    The exponent and significand bits, moved to the top of a float64's, make the float64
+    ``2**(e - 1023) * 1.f`` (a subnormal float64 for ``e = 0``); times ``scale`` (the bias
+    difference, a power of two: exact) that is the format's value, gradual underflow
+    included. The patterns from ``special`` up (all exponent bits set) are an infinity or
+    a NaN: the float64 exponent is set to all ones (significand 0: infinity). The sign bit
+    is set last (``-0`` stays ``-0``).
+    """
+    x = np.int64(h)
+    mag = x & 0x7FFF
+    top = mag << shift
+    v = float_from_bits(top) * scale
+    r = float_from_bits(top | _EXP_ALL64) if mag >= special else v
+    return float_from_bits(float_bits(r) | ((x & 0x8000) << 48))
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

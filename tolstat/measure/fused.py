@@ -44,7 +44,7 @@ import ml_dtypes
 import numba
 import numpy as np
 from tolstat._base import numba_cache as _numba_cache
-from tolstat._base.cast_kernels import float_bits as _bits, float_from_bits as _from_bits
+from tolstat._base.cast_kernels import decode16 as _decode16, float_bits as _bits, float_from_bits as _from_bits
 from tolstat._base.dtypes import target_dtype
 
 _numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
@@ -709,30 +709,6 @@ def _round_ref_select(x: float, p: int, emin: int, maxv: float, qinv: float, qs:
     r = normal if (ab >> _EXP_SHIFT) - 1022 >= emin else sub
     r = r if p > 0 else np.float64(np.float32(x))
     return x if (p < 0 or not np.isfinite(x) or abs(r) > maxv) else r
-
-
-_EXP_ALL = np.int64(0x7FF) << _EXP_SHIFT
-
-
-@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _decode16(h: int, shift: int, scale: float, special: int) -> float:
-    """The float64 value of the bit pattern ``h`` of a 16-bit float format (float16:
-    ``shift = 42``, ``scale = 2**1008``, ``special = 0x7c00``; bfloat16: ``45``, ``2**896``,
-    ``0x7f80``), exact, without a table (a loop of it vectorises).
-
-    The exponent and significand bits, moved to the top of a float64's, make the float64
-    ``2**(e - 1023) * 1.f`` (a subnormal float64 for ``e = 0``); times ``scale`` (the bias
-    difference, a power of two: exact) that is the format's value, gradual underflow
-    included. The patterns from ``special`` up (all exponent bits set) are an infinity or
-    a NaN: the float64 exponent is set to all ones (significand 0: infinity). The sign bit
-    is set last (``-0`` stays ``-0``).
-    """
-    x = np.int64(h)
-    mag = x & 0x7FFF
-    top = mag << shift
-    v = _from_bits(top) * scale
-    r = _from_bits(top | _EXP_ALL) if mag >= special else v
-    return _from_bits(_bits(r) | ((x & 0x8000) << 48))
 
 
 #: ``(shift, scale, special)`` of :func:`_decode16` by output dtype name

@@ -20,7 +20,7 @@ import numba
 import numpy as np
 
 from tolstat._base import numba_cache as _numba_cache
-from tolstat.measure.fused import _decode16
+from tolstat._base.cast_kernels import decode16
 from tolstat.measure.scale_kernels import _scale
 
 __all__ = ["W_DIFF", "W_EXP_REF", "W_REF", "W_REF_CENTRED", "row_projections"]
@@ -47,7 +47,7 @@ def row_projections(a: np.ndarray, e: np.ndarray, m: np.ndarray, has_m: bool, co
 
     ``coefs`` is ``(coef_plain, coef_mid)``, each shape's ``(A, B, C, D)``. ``a`` is float64,
     or with ``d16 = (True, shift, scale, special)`` the bit patterns (uint16) of a float16 or
-    bfloat16 output, decoded exactly by :func:`tolstat.measure.fused._decode16` (no widened
+    bfloat16 output, decoded exactly by :func:`tolstat._base.cast_kernels.decode16` (no widened
     copy of the output)."""
     coef_plain, coef_mid = coefs
     dec16, shift, scale, special = d16
@@ -104,7 +104,7 @@ def _row_sums(a: np.ndarray, e: np.ndarray, m: np.ndarray, has_m: bool, coef_pla
     k1 = 0
     for i in range(e.size):
         ev = e[i]
-        av = _decode16(a[i], shift, scale, special) if dec16 else np.float64(a[i])
+        av = decode16(a[i], shift, scale, special) if dec16 else np.float64(a[i])
         diff = av - ev
         fin = np.isfinite(diff)
         aref = abs(ev)

@@ -12,7 +12,7 @@ import numba
 import numpy as np
 
 from tolstat._base import numba_cache as _numba_cache
-from tolstat.measure.fused import _decode16
+from tolstat._base.cast_kernels import decode16
 
 __all__ = ["gelu_magnitude", "gelu_magnitude16", "layer_norm_magnitude", "layer_norm_magnitude16"]
 
@@ -35,11 +35,11 @@ def gelu_magnitude(x: np.ndarray, ref: np.ndarray, out: np.ndarray) -> bool:  # 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def gelu_magnitude16(bits: np.ndarray, ref: np.ndarray, out: np.ndarray) -> bool:  # pragma: no cover - numba
     """:func:`gelu_magnitude` of a float16 ``x`` given as its bit patterns (``uint16``),
-    decoded exactly by :func:`tolstat.measure.fused._decode16` (no table: its loads would
+    decoded exactly by :func:`tolstat._base.cast_kernels.decode16` (no table: its loads would
     miss the cache and keep the loop from vectorising)."""
     ok = True
     for i in range(out.size):
-        v = _decode16(bits[i], 42, 2.0 ** 1008, 0x7C00)
+        v = decode16(bits[i], 42, 2.0 ** 1008, 0x7C00)
         m = ref[i] - (v if v < 0.0 else 0.0)
         out[i] = m
         if m != m:
@@ -88,10 +88,10 @@ def layer_norm_magnitude(x: np.ndarray, rowlen: int, w: np.ndarray, b: np.ndarra
 def layer_norm_magnitude16(bits: np.ndarray, rowlen: int, w: np.ndarray, b: np.ndarray,
                            has_w: bool, has_b: bool, eps: float, out: np.ndarray) -> None:  # pragma: no cover
     """:func:`layer_norm_magnitude` of a float16 ``x`` given as its bit patterns (each row
-    decoded exactly into a buffer first, by :func:`tolstat.measure.fused._decode16`)."""
+    decoded exactly into a buffer first, by :func:`tolstat._base.cast_kernels.decode16`)."""
     buf = np.empty(rowlen)
     for r0 in range(0, bits.size, rowlen):
         row = bits[r0:r0 + rowlen]
         for i in range(rowlen):
-            buf[i] = _decode16(row[i], 42, 2.0 ** 1008, 0x7C00)
+            buf[i] = decode16(row[i], 42, 2.0 ** 1008, 0x7C00)
         _ln_row(buf, w, b, has_w, has_b, eps, out[r0:r0 + rowlen])
