@@ -557,29 +557,30 @@ def _fused_invariants(actual: np.ndarray, expected: np.ndarray, magnitude: Any, 
         af = af.view(np.uint16)
     mf = ef if m is None else rows_last(m if m.shape == e.shape else np.broadcast_to(m, e.shape))
     rowlen = int(a.shape[row_axis]) if a.ndim else 1
-    values: dict[str, np.ndarray] = {}
+    values: dict[str, list[float]] = {}
     zeros = [name for name, fn in inv.items() if kinds[fn] is None]
     projections = [name for name, fn in inv.items() if kinds[fn] is not None]
+    coefs = (plain, mid)
     # one pass per projection; the first also counts the masked zeros (an op with the count
     # alone runs one pass for it)
     for name in projections or zeros[:1]:
         got = np.zeros(4)
         if ef.size and rowlen:
             kind = kinds[inv[name]]
-            K_.row_projections(af, ef, mf, m is not None, (plain, mid), rowlen, K_.W_DIFF if kind is None else kind,
+            K_.row_projections(af, ef, mf, m is not None, coefs, rowlen, K_.W_DIFF if kind is None else kind,
                                bool(zeros), got, d16)
-        if zeros:
-            values.update({z: got[2:] for z in zeros})
-            zeros = []
+        g = got.tolist()
+        for z in zeros:
+            values[z] = g[2:]
+        zeros = []
         if name in projections:
-            values[name] = got[:2]
+            values[name] = g[:2]
     out: tuple[dict[str, float], dict[str, float]] = ({}, {})
     for name in inv:  # in the order of the op's invariants
-        for j in range(2):
-            v = float(values[name][j])
+        for j, v in enumerate(values[name]):
             if not (v >= 0):  # NaN: as invariant_values reports it
                 raise ValueError(f"invariant {name!r} of op {op!r} returned {v!r}; it must be >= 0")
-            out[j][f"inv_{name}"] = v
+            out[j]["inv_" + name] = v
     return out
 
 
