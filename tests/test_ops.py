@@ -686,3 +686,62 @@ def test_a_call_binds_its_arguments_as_inspect_does(spec):
         bound.apply_defaults()
         got = Call("op", sig, args, kw).arguments
         assert got == dict(bound.arguments) and list(got) == list(bound.arguments)
+
+
+@pytest.mark.parametrize("op, params, shape", [("softmax", {"dim": -1}, (6, 1024)), ("softmax", {"dim": -1}, (3, 40)),
+                                               ("gelu", {}, (5000,)), ("log_softmax", {"dim": -1}, (4, 64))])
+def test_calibration_and_check_both_take_the_magnitude_from_the_reference(op, params, shape, monkeypatch):
+    import tolstat
+
+    seen = []  # the reference each op_statistics call of collect and check gets
+    real = ops.op_statistics
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("reference"))
+        return real(*args, **kwargs)
+
+    def pair(seed):
+        x = _h(*shape, seed=seed, scale=2.0)
+        x64 = x.astype(np.float64)
+        # references rounded otherwise than the models' own formulas, so that the magnitude
+        # from the reference and the one from the inputs differ in their last bits
+        if op == "gelu":
+            f = lambda v: 0.5 * v * special.erfc(-v / math.sqrt(2))  # noqa: E731
+        else:
+            lse = lambda v: special.logsumexp(v, axis=-1, keepdims=True)  # noqa: E731
+            f = (lambda v: np.exp(v - lse(v))) if op == "softmax" else (lambda v: v - lse(v))  # noqa: E731
+        return (x,), f(x.astype(np.float32).astype(np.float64)).astype(np.float16), f(x64)
+
+    items, hand, differ = [], [], 0
+    for i in range(120):
+        inputs, out, ref = pair(i)
+        items.append({"actual": out, "expected": ref, "inputs": inputs, "params": params})
+        st = ops.op_statistics(op, inputs, params, dtype="float16", reference=ref)
+        hand.append({"actual": out, "expected": ref, "magnitude": st.magnitude, "covariates": {"K": st.K}})
+        differ += int((st.magnitude != ops.op_statistics(op, inputs, params, dtype="float16").magnitude).any())
+    assert differ > 60  # the two ways of computing the magnitude are told apart
+    opts = tolstat.CollectOptions(progress=False)
+    monkeypatch.setattr(ops, "op_statistics", spy)
+    ds = tolstat.from_pairs(items, op=op, dtype="float16", hardware="cpu", options=opts)
+    assert len(seen) == len(items) and all(np.array_equal(r, it["expected"]) for r, it in zip(seen, items))
+    monkeypatch.setattr(ops, "op_statistics", real)
+    ref_ds = tolstat.from_pairs(hand, op=op, dtype="float16", hardware="cpu",
+                                options=tolstat.CollectOptions(progress=False, rowwise=op != "gelu"))
+    for name in ["op_max", "op_rms", "op_bias", "K"]:
+        np.testing.assert_array_equal(ds[name].values, ref_ds[name].values, err_msg=name)
+    table = tolstat.select(ds, fp_budget=0.05)
+    inputs, out, ref = pair(1000)
+    monkeypatch.setattr(ops, "op_statistics", spy)
+    r = tolstat.check(out, ref, op=op, dtype="float16", table=table, hardware="cpu", inputs=inputs, params=params)
+    monkeypatch.setattr(ops, "op_statistics", real)
+    assert np.array_equal(seen[-1], ref)
+    st = ops.op_statistics(op, inputs, params, dtype="float16", reference=ref)
+    given = tolstat.check(out, ref, op=op, dtype="float16", table=table, hardware="cpu", covariates={"K": st.K},
+                          options=tolstat.CheckOptions(magnitude=st.magnitude))
+    assert r.statistics == given.statistics and r.passed == given.passed
+    # the magnitude from the inputs gives the same statistics up to rounding
+    m_in = ops.op_statistics(op, inputs, params, dtype="float16").magnitude
+    from_inputs = tolstat.check(out, ref, op=op, dtype="float16", table=table, hardware="cpu",
+                                covariates={"K": st.K}, options=tolstat.CheckOptions(magnitude=m_in))
+    for k, v in r.statistics.items():
+        assert v == pytest.approx(from_inputs.statistics[k], rel=1e-12, abs=0), k
