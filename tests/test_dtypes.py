@@ -153,3 +153,36 @@ def test_float16_store_and_widen_give_numpys_casts_bit_for_bit():
             np.testing.assert_array_equal(got.view(np.uint32 if dt == np.float32 else np.uint64),
                                           patterns.astype(dt).view(np.uint32 if dt == np.float32 else np.uint64))
             assert widen_float16(patterns.reshape(256, 256), dt).shape == (256, 256)
+
+
+def test_the_format_table_lists_every_format_and_makes_each_once():
+    from tolstat._base.dtypes import SUPPORTED_DTYPES
+
+    assert list(SUPPORTED_DTYPES) == ["float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"]
+    assert len(SUPPORTED_DTYPES) == 6 and "bfloat16" in SUPPORTED_DTYPES and "float13" not in SUPPORTED_DTYPES
+    assert SUPPORTED_DTYPES["bfloat16"] is SUPPORTED_DTYPES["bfloat16"]
+    assert SUPPORTED_DTYPES["bfloat16"].np_dtype == np.dtype(ml_dtypes.bfloat16)
+    assert SUPPORTED_DTYPES["float8_e4m3fn"].has_inf is False and SUPPORTED_DTYPES["float8_e5m2"].bits == 8
+    with pytest.raises(KeyError):
+        SUPPORTED_DTYPES["float13"]
+
+
+def test_checking_float16_outputs_does_not_import_ml_dtypes():
+    # importing ml_dtypes costs about half a second of CPU: a float16 suite does not pay it
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, tolstat\n"
+        "rng = np.random.default_rng(0)\n"
+        "pairs = [(e.astype(np.float16), e) for e in (rng.standard_normal(256) for _ in range(120))]\n"
+        "ds = tolstat.from_pairs(pairs, op='sum', dtype='float16', hardware='cpu',\n"
+        "                        options=tolstat.CollectOptions(progress=False))\n"
+        "t = tolstat.select(ds, fp_budget=0.05)\n"
+        "assert tolstat.check(pairs[0][0], pairs[0][1], op='sum', dtype='fp16', table=t, hardware='cpu').passed\n"
+        "assert 'ml_dtypes' not in sys.modules, 'ml_dtypes imported'\n"
+        "tolstat.ops.op_statistics('softmax', (np.ones((2, 8), np.float16),), {'dim': -1}, dtype='bfloat16')\n"
+        "assert 'ml_dtypes' in sys.modules\n"
+    )
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]

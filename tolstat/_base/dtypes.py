@@ -9,13 +9,13 @@ knows, for each, the unsigned integer type of its bit pattern.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
-__all__ = ["TargetDtype", "SUPPORTED_DTYPES", "target_dtype", "canonical_dtype", "round_to_format", "unit_roundoff",
-           "store_float16", "widen_float16"]
+__all__ = ["TargetDtype", "SUPPORTED_DTYPES", "target_dtype", "canonical_dtype", "finfo", "round_to_format",
+           "unit_roundoff", "store_float16", "widen_float16"]
 
 
 @dataclass(frozen=True)
@@ -58,27 +58,62 @@ class TargetDtype:
         return float(_finfo(self.np_dtype).eps)
 
 
-def _finfo(dt: np.dtype) -> Any:
+def finfo(dt: Any) -> Any:
+    """``numpy.finfo`` of a float dtype, ``ml_dtypes.finfo`` for bfloat16 and float8 (imported
+    only then)."""
     try:
         return np.finfo(dt)
     except (TypeError, ValueError):
+        import ml_dtypes
+
         return ml_dtypes.finfo(dt)
 
 
-SUPPORTED_DTYPES: dict[str, TargetDtype] = {
-    "float16": TargetDtype("float16", np.dtype(np.float16), np.dtype(np.uint16), 16, True),
-    "bfloat16": TargetDtype(
-        "bfloat16", np.dtype(ml_dtypes.bfloat16), np.dtype(np.uint16), 16, True
-    ),
-    "float32": TargetDtype("float32", np.dtype(np.float32), np.dtype(np.uint32), 32, True),
-    "float64": TargetDtype("float64", np.dtype(np.float64), np.dtype(np.uint64), 64, True),
-    "float8_e4m3fn": TargetDtype(
-        "float8_e4m3fn", np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(np.uint8), 8, False
-    ),
-    "float8_e5m2": TargetDtype(
-        "float8_e5m2", np.dtype(ml_dtypes.float8_e5m2), np.dtype(np.uint8), 8, True
-    ),
-}
+_finfo = finfo
+
+
+class _Formats(Mapping[str, TargetDtype]):
+    """The supported formats by canonical name. The formats of ``ml_dtypes`` (bfloat16,
+    float8) are made on first use: importing ``ml_dtypes`` costs about half a second of
+    CPU (its extension's set-up), which a process that checks float16 or float32 outputs
+    does not need to pay."""
+
+    #: name -> (numpy type or the ml_dtypes attribute's name, bit-pattern type, bits, has_inf)
+    _SPECS: dict[str, tuple[Any, Any, int, bool]] = {
+        "float16": (np.float16, np.uint16, 16, True),
+        "bfloat16": ("bfloat16", np.uint16, 16, True),
+        "float32": (np.float32, np.uint32, 32, True),
+        "float64": (np.float64, np.uint64, 64, True),
+        "float8_e4m3fn": ("float8_e4m3fn", np.uint8, 8, False),
+        "float8_e5m2": ("float8_e5m2", np.uint8, 8, True),
+    }
+
+    def __init__(self) -> None:
+        self._made: dict[str, TargetDtype] = {}
+
+    def __getitem__(self, name: str) -> TargetDtype:
+        got = self._made.get(name)
+        if got is None:
+            kind, uint, bits, has_inf = self._SPECS[name]
+            if isinstance(kind, str):
+                import ml_dtypes
+
+                kind = getattr(ml_dtypes, kind)
+            got = self._made[name] = TargetDtype(name, np.dtype(kind), np.dtype(uint), bits, has_inf)
+        return got
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._SPECS)
+
+    def __len__(self) -> int:
+        return len(self._SPECS)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._SPECS
+
+
+#: canonical name -> :class:`TargetDtype` (a read-only mapping; ``ml_dtypes`` formats made on first use)
+SUPPORTED_DTYPES: Mapping[str, TargetDtype] = _Formats()
 
 _ALIASES: dict[str, str] = {
     "float16": "float16",

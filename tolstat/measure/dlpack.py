@@ -15,17 +15,16 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 __all__ = ["from_dlpack_lowp"]
 
 _CPU = 1
-#: (type code, bits) -> numpy dtype
-_CODES: dict[tuple[int, int], Any] = {
-    (4, 16): ml_dtypes.bfloat16,  # kDLBfloat
-    (10, 8): ml_dtypes.float8_e4m3fn,  # kDLFloat8_e4m3fn
-    (12, 8): ml_dtypes.float8_e5m2,  # kDLFloat8_e5m2
+#: (type code, bits) -> the ml_dtypes type's name (imported where one is read)
+_CODES: dict[tuple[int, int], str] = {
+    (4, 16): "bfloat16",  # kDLBfloat
+    (10, 8): "float8_e4m3fn",  # kDLFloat8_e4m3fn
+    (12, 8): "float8_e5m2",  # kDLFloat8_e5m2
 }
 
 
@@ -107,7 +106,9 @@ def from_dlpack_lowp(x: Any, *, name: str = "array") -> np.ndarray:
                             f"lanes={int(t.dtype.lanes)}) is not bfloat16 or float8")
         if int(t.device.device_type) != _CPU:
             raise TypeError(f"{name}: DLPack device type {int(t.device.device_type)} is not the CPU")
-        dtype = np.dtype(_CODES[key])
+        import ml_dtypes
+
+        dtype = np.dtype(getattr(ml_dtypes, _CODES[key]))
         shape = tuple(int(t.shape[i]) for i in range(t.ndim))
         if bool(t.strides):
             strides = tuple(int(t.strides[i]) for i in range(t.ndim))

@@ -32,7 +32,8 @@ output is made:
 A non-finite value in either array makes the check kernels return None: the caller then
 takes the general path (NaN/Inf handling, reference checks, messages).
 
-Layer: metrics (imports only :mod:`tolstat._base.dtypes`, numpy, ml_dtypes and numba).
+Layer: metrics (imports only :mod:`tolstat._base`, numpy and numba; ml_dtypes through
+:func:`tolstat._base.dtypes.finfo` where a bfloat16 or float8 format is read).
 """
 
 from __future__ import annotations
@@ -40,12 +41,11 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import ml_dtypes
 import numba
 import numpy as np
 from tolstat._base import numba_cache as _numba_cache
 from tolstat._base.cast_kernels import decode16 as _decode16, float_bits as _bits, float_from_bits as _from_bits
-from tolstat._base.dtypes import target_dtype
+from tolstat._base.dtypes import finfo, target_dtype
 
 _numba_cache.install()  # before this module's @njit(cache=True) kernels: cache outside the package
 
@@ -273,7 +273,7 @@ def _rounding_intervals(td: object) -> np.ndarray:
     nb = td.bits
     maxpat = int(np.array(td.max, dtype=td.np_dtype).view(td.uint_dtype))
     _, ex = np.frexp(np.float64(td.max))
-    p = int((np.finfo(td.np_dtype) if td.name == "float16" else ml_dtypes.finfo(td.np_dtype)).nmant) + 1
+    p = int(finfo(td.np_dtype).nmant) + 1
     edge = td.max + float(np.ldexp(1.0, int(ex) - 1 - p))
     pos = lut[:maxpat + 1]  # the non-negative finite values, increasing with the pattern
     mid = (pos[:-1] + pos[1:]) / 2
@@ -291,7 +291,7 @@ def format_layout(dtype: object) -> FormatLayout:
     td = target_dtype(dtype)
     got = _LAYOUTS.get(td.name)
     if got is None:
-        fi = np.finfo(td.np_dtype) if td.name in ("float16", "float32", "float64") else ml_dtypes.finfo(td.np_dtype)
+        fi = finfo(td.np_dtype)
         p = int(fi.nmant) + 1
         bounds = _rounding_intervals(td) if td.bits <= 16 else np.ones(2)
         got = FormatLayout(bounds, float(2.0 ** (3 - p)), float(td.tiny))
@@ -963,7 +963,7 @@ def round_params(dtype: object) -> tuple[int, int, float]:
         elif td.name == "float32":
             got = (0, 0, float(np.finfo(np.float32).max))
         else:
-            fi = np.finfo(td.np_dtype) if td.name == "float16" else ml_dtypes.finfo(td.np_dtype)
+            fi = finfo(td.np_dtype)
             got = (int(fi.nmant) + 1, int(np.log2(td.tiny)) + 1, float(td.max))
         _ROUND[td.name] = got
     return got
