@@ -45,17 +45,17 @@ class TargetDtype:
     @property
     def max(self) -> float:
         """Largest finite value."""
-        return float(_finfo(self.np_dtype).max)
+        return float(finfo(self.np_dtype).max)
 
     @property
     def tiny(self) -> float:
         """Smallest positive normal value."""
-        return float(_finfo(self.np_dtype).tiny)
+        return float(finfo(self.np_dtype).tiny)
 
     @property
     def eps(self) -> float:
         """Machine epsilon (spacing of 1.0)."""
-        return float(_finfo(self.np_dtype).eps)
+        return float(finfo(self.np_dtype).eps)
 
 
 def finfo(dt: Any) -> Any:
@@ -68,8 +68,6 @@ def finfo(dt: Any) -> Any:
 
         return ml_dtypes.finfo(dt)
 
-
-_finfo = finfo
 
 
 class _Formats(Mapping[str, TargetDtype]):
@@ -291,7 +289,7 @@ def widen_float16(x: np.ndarray, dtype: Any = np.float32) -> np.ndarray:
 def _round_in_float64(x64: np.ndarray, finite: np.ndarray, td: TargetDtype, overflow: str) -> np.ndarray:
     """:func:`round_to_format` by ``frexp``/``rint`` in float64 (one rounding; the final cast is exact)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        fi = _finfo(td.np_dtype)
+        fi = finfo(td.np_dtype)
         p = int(fi.nmant) + 1
         emin = int(np.log2(td.tiny)) + 1  # frexp exponent of the smallest normal
         _, ex = np.frexp(x64)

@@ -28,7 +28,7 @@ from typing import Any, Mapping
 import numba
 import numpy as np
 
-from tolstat._base.dtypes import TargetDtype, round_to_format, target_dtype
+from tolstat._base.dtypes import TargetDtype, finfo, round_to_format, target_dtype
 from tolstat._base.validate import float_array
 from tolstat._base import numba_cache as _numba_cache
 
@@ -136,12 +136,6 @@ def _bits(x: np.ndarray, td: TargetDtype) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=td.np_dtype).view(td.uint_dtype).astype(np.uint64).ravel()
 
 
-def _finfo_of(td: TargetDtype) -> Any:
-    import ml_dtypes
-
-    return ml_dtypes.finfo(td.np_dtype)
-
-
 def ordered_int(x: Any, dtype: Any) -> np.ndarray:
     """Map values of a target dtype to the ordered integer line (``-0 == +0``).
 
@@ -209,7 +203,7 @@ def _ulp16_constants(name: str) -> tuple[int, int, float, float, bool]:
     once per format): precision, smallest normal exponent, largest finite value, the
     overflow edge (largest finite value plus half an ULP) and whether its significand is odd."""
     td = target_dtype(name)
-    fi = np.finfo(td.np_dtype) if td.name == "float16" else _finfo_of(td)
+    fi = finfo(td.np_dtype)
     p = int(fi.nmant) + 1
     emin = int(np.log2(td.tiny)) + 1
     _, ex = np.frexp(np.float64(td.max))
@@ -354,7 +348,7 @@ def _overflows(e64: np.ndarray, td: TargetDtype) -> np.ndarray:
     """
     if td.name == "float64":
         return np.zeros(e64.shape, dtype=bool)
-    fi = np.finfo(td.np_dtype) if td.name in ("float16", "float32") else _finfo_of(td)
+    fi = finfo(td.np_dtype)
     p = int(fi.nmant) + 1
     _, ex = np.frexp(np.float64(td.max))
     half_ulp = float(np.ldexp(1.0, int(ex) - p - 1))

@@ -64,6 +64,20 @@ def _sigmoid(c: Call, dtype: Any) -> np.ndarray:
 KERNEL_FROM = 4096
 
 
+def kernel_input(x: np.ndarray) -> tuple[np.ndarray, tuple[bool, int, float, int]]:
+    """A numpy float input as the kernels of :mod:`tolstat.ops._kernels` read it: flat, a
+    float16 or bfloat16 one as its bit patterns with the decoding parameters of
+    :func:`tolstat.measure.fused.decode16_params`, float32 and float64 as they are, any
+    other format in float64."""
+    from tolstat.measure.fused import decode16_params
+
+    d16 = decode16_params(x.dtype)
+    if d16[0]:
+        return np.ascontiguousarray(x).reshape(-1).view(np.uint16), d16
+    keep = x.dtype in (np.float32, np.float64)
+    return np.ascontiguousarray(x, dtype=x.dtype if keep else np.float64).reshape(-1), d16
+
+
 def _native(c: Call, ref: np.ndarray) -> np.ndarray | None:
     """The input as a numpy float array (a numpy input in its own format, a tensor in
     float64) where it has the reference's shape; None otherwise (the reference is not used)."""
@@ -83,15 +97,11 @@ def _gelu_ref(c: Call, ref: np.ndarray, dtype: Any) -> np.ndarray | None:
     if x is None:
         return None
     if x.size >= KERNEL_FROM:
-        from tolstat.ops._kernels import gelu_magnitude, gelu_magnitude16
+        from tolstat.ops._kernels import gelu_magnitude
 
         m = np.empty(ref.shape)
-        r = np.ascontiguousarray(ref).ravel()
-        if x.dtype == np.float16:
-            ok = gelu_magnitude16(np.ascontiguousarray(x).ravel().view(np.uint16), r, m.reshape(-1))
-        else:
-            xf = np.ascontiguousarray(x, dtype=x.dtype if x.dtype in (np.float32, np.float64) else np.float64)
-            ok = gelu_magnitude(xf.ravel(), r, m.reshape(-1))
+        xf, d16 = kernel_input(x)
+        ok = gelu_magnitude(xf, d16, np.ascontiguousarray(ref).ravel(), m.reshape(-1))
     else:
         m = ref - np.minimum(x, 0)
         ok = not np.isnan(m).any()

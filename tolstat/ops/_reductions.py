@@ -12,7 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tolstat.ops._args import Call, is_torch
-from tolstat.ops._pointwise import KERNEL_FROM
+from tolstat.ops._pointwise import KERNEL_FROM, kernel_input
 from tolstat.ops.model import OpModel, _torch_model
 
 __all__: list[str] = []
@@ -148,18 +148,14 @@ _LN_KERNEL_DTYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.flo
 def _ln_kernel(x: np.ndarray, n: int, w: Any, b: Any, eps: float) -> np.ndarray:
     """:func:`_ln_rows` of a numpy input (any size) by :mod:`tolstat.ops._kernels` (one pass per row, no
     float64 copy of the input); the same values up to the rounding of the row sums."""
-    from tolstat.ops import _kernels
+    from tolstat.ops._kernels import layer_norm_magnitude
 
-    flat = np.ascontiguousarray(x).reshape(-1)
     out = np.empty(x.shape)
     wa = w if isinstance(w, np.ndarray) else np.ones(1)
     ba = b if isinstance(b, np.ndarray) else np.zeros(1)
-    args = (n, np.ascontiguousarray(wa, dtype=np.float64), np.ascontiguousarray(ba, dtype=np.float64),
-            isinstance(w, np.ndarray), isinstance(b, np.ndarray), float(eps), out.reshape(-1))
-    if x.dtype == np.float16:
-        _kernels.layer_norm_magnitude16(flat.view(np.uint16), *args)
-    else:
-        _kernels.layer_norm_magnitude(flat, *args)
+    layer_norm_magnitude(*kernel_input(x), n, np.ascontiguousarray(wa, dtype=np.float64),
+                         np.ascontiguousarray(ba, dtype=np.float64), isinstance(w, np.ndarray),
+                         isinstance(b, np.ndarray), float(eps), out.reshape(-1))
     return out
 
 

@@ -106,32 +106,37 @@ class OpModel:
         :attr:`from_reference` gives it, from the arguments otherwise), the reduction length
         and whether this call's rows lie along the last axis (``rowwise`` and
         :attr:`rows_last`)."""
-        m = None
-        if reference is not None and self.from_reference is not None:
-            m = self.from_reference(args, kwargs, reference, dtype)
-        if m is None:
-            m = self.magnitude(args, kwargs, dtype)
-        rows = self.rowwise and (self.rows_last is None or bool(self.rows_last(args, kwargs)))
-        return m, float(self.K(args, kwargs)), rows
+        return _statistics((args, kwargs), self.magnitude, self.K, self.rows_last, self.from_reference,
+                           self.rowwise, dtype, reference)
 
 
+def _statistics(bound: tuple[Any, ...], magnitude: Callable[..., Any], K: Callable[..., float],
+                rows_last: Callable[..., bool] | None, from_reference: Callable[..., Any] | None, rowwise: bool,
+                dtype: Any, reference: np.ndarray | None) -> tuple[Any, float, bool]:
+    """:meth:`OpModel.statistics` of a call given as the functions' leading arguments ``bound``
+    (``(args, kwargs)``, or a built-in model's bound :class:`~tolstat.ops._args.Call`)."""
+    m = None
+    if reference is not None and from_reference is not None:
+        m = from_reference(*bound, reference, dtype)
+    if m is None:
+        m = magnitude(*bound, dtype)
+    rows = rowwise and (rows_last is None or bool(rows_last(*bound)))
+    return m, float(K(*bound)), rows
+
+
+@dataclass(frozen=True)
 class _TorchModel(OpModel):
     """A built-in model: the call's arguments bound once to the torch signature per
-    :meth:`statistics` (the magnitude, ``K`` and the row flag read the same binding)."""
+    :meth:`statistics` (the magnitude, ``K`` and the row flag read the same binding);
+    ``parts`` holds the op's name and its functions of a :class:`~tolstat.ops._args.Call`."""
 
-    _parts: tuple[Any, ...] = ()
+    parts: tuple[Any, ...] = field(default=(), compare=False, repr=False)
 
     def statistics(self, args: Sequence[Any], kwargs: Mapping[str, Any], dtype: Any,
                    reference: np.ndarray | None = None) -> tuple[Any, float, bool]:
-        op, magnitude, K, rows_last, from_ref = self._parts
-        c = Call(op, self.signature, args, kwargs)
-        m = None
-        if reference is not None and from_ref is not None:
-            m = from_ref(c, reference, dtype)
-        if m is None:
-            m = magnitude(c, dtype)
-        rows = self.rowwise and (rows_last is None or bool(rows_last(c)))
-        return m, float(K(c)), rows
+        op, magnitude, K, rows_last, from_reference = self.parts
+        return _statistics((Call(op, self.signature, args, kwargs),), magnitude, K, rows_last, from_reference,
+                           self.rowwise, dtype, reference)
 
 
 def _torch_model(op: str, spec: str, magnitude: Callable[[Call, Any], np.ndarray], K: Callable[[Call], float],
@@ -155,8 +160,7 @@ def _torch_model(op: str, spec: str, magnitude: Callable[[Call, Any], np.ndarray
         assert from_reference is not None
         return from_reference(Call(op, sig, args, kwargs), reference, dtype)
 
-    out = _TorchModel(magnitude=mag, K=k, rowwise=rowwise, model=model, k_rule=k_rule,
-                      rows_last=last if rows_last else None, signature=sig,
-                      from_reference=ref if from_reference else None)
-    object.__setattr__(out, "_parts", (op, magnitude, K, rows_last, from_reference))
-    return out
+    return _TorchModel(magnitude=mag, K=k, rowwise=rowwise, model=model, k_rule=k_rule,
+                       rows_last=last if rows_last else None, signature=sig,
+                       from_reference=ref if from_reference else None,
+                       parts=(op, magnitude, K, rows_last, from_reference))
