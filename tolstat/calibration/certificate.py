@@ -136,7 +136,7 @@ OPERATOR_COVARIATES = ("K",)
 _CERT_STR = ("form", "form_reason", "method", "guarantee", "reason", "group", "magnitude")
 _CERT_BOOL = ("rowwise", "needs_magnitude")
 _CERT_COUNT = ("n_runs", "n_units", "n_duplicates", "n_fit", "n_cal", "rank", "n_needed")
-_CERT_OPT_COUNT = ("n_clusters", "n_scores", "n_elements_max")
+_CERT_OPT_COUNT = ("n_clusters", "n_scores", "n_elements_max", "rows_max")
 _CERT_NAMES = ("flags", "unreachable", "member_of")
 
 
@@ -243,6 +243,8 @@ def check_table_certificate(cert: Any, *, op: str, statistic: str, certified: bo
         if k in cert and not (v is None and k in _CERT_OPT_COUNT):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"certificate {k} must be an integer >= 0, got {v!r}")
+    if cert.get("rows_max") == 0:
+        raise ValueError("certificate rows_max must be >= 1 (an output has at least one row), got 0")
     for k in _CERT_NAMES:
         if k in cert and not (isinstance(cert[k], list) and all(isinstance(x, str) for x in cert[k])):
             raise ValueError(f"certificate {k} must be a list of names, got {cert[k]!r}")

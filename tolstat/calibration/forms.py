@@ -45,9 +45,9 @@ from tolstat.calibration.units import split_units
 from tolstat.dataset.schema import SYSTEM_LABELS, RunUnits, label_names, run_units
 from tolstat.calibration.decision import run_values
 from tolstat.models.estimators.orderstat import order_statistic_min_n
-from tolstat.measure.noise import score_statistic_names
 from tolstat.models.scale import ScaleModel, ScaleOptions
-from tolstat.models.statistics import OP_UNIT_FLOOR, dataset_op_statistics
+from tolstat.measure.noise import ROW_MAXIMA, score_statistic_names
+from tolstat.models.statistics import OP_UNIT_FLOOR, dataset_op_statistics, dataset_rows
 
 __all__ = ["CERTIFIED_FORMS", "has_op_statistics", "certified_groups"]
 
@@ -350,6 +350,11 @@ def certified_groups(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.
     refs: dict[int, Any] = {}  # pool_ref of each pool object, computed once
     rows = rows_by_code(codes, len(keys))
     n_elements = np.asarray(ds["n_elements"].values) if "n_elements" in ds else None
+    # the rows of each run, where a group's score holds row maxima (operator form): a check of
+    # an output with more rows than every calibration run carries them to its rows
+    # (tolstat.measure.noise.row_extrapolation)
+    n_rows = dataset_rows(ds) if operator and "shape" in ds and any(
+        c is not None and any(k in ROW_MAXIMA for k in c.normalisers) for c in res.groups.values()) else None
     for gi, key in enumerate(keys):
         lab = _label(key)
         c, exc = res.groups.get(lab), res.refused.get(lab)
@@ -374,6 +379,8 @@ def certified_groups(ds: xr.Dataset, keys: Sequence[tuple[str, ...]], codes: np.
             # the largest output calibrated: a check of a larger one is outside what the runs
             # show (statistics that take a maximum over elements or rows grow with the size)
             cert["n_elements_max"] = int(n_elements[rows[gi]].max())
+        if n_rows is not None and rows[gi].size and c is not None and any(k in ROW_MAXIMA for k in c.normalisers):
+            cert["rows_max"] = int(n_rows[rows[gi]].max())
         if c is None and cert["units"]["n_units"] < cert["units"]["n_runs"]:
             cert["reason"] += (f" ({cert['units']['n_runs']} runs are {cert['units']['n_units']} independent units: "
                                f"runs that share a {cert['units']['by']} count once; more distinct inputs are needed)")

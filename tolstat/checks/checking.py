@@ -25,7 +25,8 @@ from tolstat.measure.metrics import ErrorMetrics, as_array, error_metrics, ulp_d
 from tolstat.models.statistics import get as get_statistic
 from tolstat.measure.metrics import metric_covariates
 from tolstat.models.statistics import pair_op_statistics, rounded_statistics
-from tolstat.measure.noise import PLAIN_SHAPE, combined_score, noise_scale, op_pass_coefficients, statistics_of_pass
+from tolstat.measure.noise import (PLAIN_SHAPE, ROW_MAXIMA, combined_score, extrapolated_rows, noise_scale,
+                                   op_pass_coefficients, output_rows, row_extrapolation, statistics_of_pass)
 from tolstat.calibration.certificate import score_member
 from tolstat.calibration.table import MissingGroup, ToleranceEntry, ToleranceTable
 from tolstat.calibration.decision import entry_failed_runs, pair_is_correctly_rounded, pair_value, ratio_value
@@ -131,7 +132,7 @@ def check(
     ent = plan.entry
     a = as_array(actual, name="actual")
     e = as_array(expected, name="expected")
-    _warn_beyond_calibration(ent, int(e.size))
+    _warn_beyond_calibration(ent, e.shape)
     covariates = _validate.covariates(covariates, computed=BUILTIN_COVARIATES)
     magnitude, covariates = resolve_op_inputs(ent, op, dt, inputs, params, covariates, opts.magnitude,
                                               reference=e)
@@ -179,15 +180,25 @@ class CalibrationRangeWarning(UserWarning):
     you check."""
 
 
-def _warn_beyond_calibration(ent: ToleranceEntry, n: int) -> None:
-    """A :class:`CalibrationRangeWarning` when ``n`` output elements exceed the largest
-    calibration run of ``ent``'s group (tables that do not record it: nothing)."""
-    top = (ent.certificate or {}).get("n_elements_max")
+def _warn_beyond_calibration(ent: ToleranceEntry, shape: tuple[int, ...]) -> None:
+    """A :class:`CalibrationRangeWarning` when an output of ``shape`` has more elements than
+    the largest calibration run of ``ent``'s group (tables that do not record it: nothing);
+    it says when the row maxima are carried to more rows than calibrated
+    (:func:`tolstat.measure.noise.row_extrapolation`)."""
+    cert = ent.certificate or {}
+    top = cert.get("n_elements_max")
+    n = math.prod(shape)
     if top is not None and n > top:
+        rows, rows_max = output_rows(shape), cert.get("rows_max")
+        carried = ""
+        if ent.operator and rows_max is not None and rows > rows_max and any(
+                k in ROW_MAXIMA for k in cert.get("normalisers", {})):
+            carried = (f"; its row invariants and row bias are carried from the {rows_max:,} rows calibrated to its "
+                       f"{rows:,} (model-based: independent, normal row sums)")
         warnings.warn(CalibrationRangeWarning(
             f"table group ({ent.op}, {ent.dtype}, {ent.hardware}): this output has {n:,} elements, "
-            f"{n / max(top, 1):.3g}x the largest calibration run ({top:,}); the false-positive promise covers "
-            "runs like the calibration runs, and maxima over more elements or rows are larger: calibrate on "
+            f"{n / max(top, 1):.3g}x the largest calibration run ({top:,}){carried}; the false-positive promise "
+            "covers runs like the calibration runs, and maxima over more elements or rows are larger: calibrate on "
             "outputs of this size"), stacklevel=_user_stacklevel())
 
 
@@ -456,6 +467,10 @@ def _operator_result(m: Any, actual: Any, expected: Any, ent: ToleranceEntry, ma
     if stats is None:
         stats = pair_op_statistics(actual, expected, m, dtype=ent.dtype, magnitude=mag, K=K, rowwise=c.rowwise,
                                    op=ent.op)
+    if c.rows_max is not None and c.has_row_maxima:
+        rows = output_rows(np.shape(actual))
+        if rows > c.rows_max:  # more rows than every calibration run: the row maxima carried to them
+            stats = extrapolated_rows(stats, row_extrapolation(rows, c.rows_max))
     s, which = combined_score(stats, c.q, which=True)
     s, which = float(s), str(which.item() if isinstance(which, np.ndarray) else which)
     values = {"op_score": s, **{k: float(stats[k]) for k in c.q}}
@@ -470,7 +485,7 @@ def _operator_result(m: Any, actual: Any, expected: Any, ent: ToleranceEntry, ma
 class _OpConstants:
     """What every operator-form check of one table entry reads, worked out once (:func:`_op_constants`)."""
 
-    __slots__ = ("td", "q", "threshold", "kq", "rowwise", "thresholds", "methods", "lean")
+    __slots__ = ("td", "q", "threshold", "kq", "rowwise", "thresholds", "methods", "lean", "rows_max", "has_row_maxima")
 
     def __init__(self, ent: ToleranceEntry) -> None:
         cert = ent.certificate or {}
@@ -484,6 +499,9 @@ class _OpConstants:
         self.rowwise = bool(cert.get("rowwise", False))
         self.thresholds = {"op_score": thr, **{k: thr * v for k, v in self.q.items()}}
         self.methods = dict.fromkeys(self.thresholds, ent.statistics["op_score"].method)
+        # the most rows of a calibration run (tables written before it was recorded: None, no extrapolation)
+        self.rows_max = cert.get("rows_max")
+        self.has_row_maxima = any(k in ROW_MAXIMA for k in self.q)
 
 
 _OP_CONSTANTS: dict[int, tuple[ToleranceEntry, _OpConstants]] = {}

@@ -84,6 +84,11 @@ __all__ = [
     "MID_SHAPE",
     "score_statistic_names",
     "statistic_names",
+    "ROW_MAXIMA",
+    "ROW_TAIL",
+    "output_rows",
+    "row_extrapolation",
+    "extrapolated_rows",
 ]
 
 
@@ -650,6 +655,61 @@ def score_statistic_names(op: str | None = None) -> list[str]:
     """
     base = list(SCORE_CORE) + [f"inv_{k}" for k in invariants(op)]
     return base + [k + MID_SUFFIX for k in base]
+
+
+# ----------------------------------------------------- row maxima beyond the calibrated rows
+#: the tail probability at which :func:`row_extrapolation` matches the largest of more
+#: normal row sums to the largest of fewer
+ROW_TAIL = 0.01
+
+#: the statistics that are the largest over an output's rows of a normalised row sum, each
+#: under both noise shapes: the built-in row invariants (not ``inv_masked_zero``, a count)
+#: and the row bias; what :func:`row_extrapolation` divides
+ROW_MAXIMA = frozenset(n + sfx for n in ("inv_row_sum", "inv_row_lse", "inv_row_mean", "inv_row_scale",
+                                         "op_row_bias_max") for sfx in ("", MID_SUFFIX))
+
+
+def output_rows(shape: Any) -> int:
+    """The rows of an output of ``shape`` over which the row maxima (:data:`ROW_MAXIMA`)
+    are taken: its elements divided by its last dimension (1 for a scalar or an empty output)."""
+    shape = tuple(int(s) for s in shape)
+    if not shape or not shape[-1]:
+        return 1
+    return max(1, math.prod(shape) // shape[-1])
+
+
+def row_extrapolation(rows: Any, rows_max: float) -> Any:
+    """What a check of an output with ``rows`` rows divides its row maxima
+    (:data:`ROW_MAXIMA`) by, for a table whose calibration runs had at most ``rows_max``
+    rows: 1 where ``rows <= rows_max``, else ``z(p / (2 rows)) / z(p / (2 rows_max))`` with
+    ``z`` the normal upper quantile and ``p =`` :data:`ROW_TAIL`.
+
+    A row invariant or the row bias is the largest over the rows of ``|t_r|``, a normalised
+    row sum that is close to normal; the largest of more rows is larger (a table calibrated
+    on 4 rows of 1,024 failed 55 % of correct softmax outputs of 256 rows,
+    ``benchmarks/size_transfer.py``).
+    For independent normal ``t_r`` the level-``p`` quantile of the largest of ``R`` is about
+    ``sigma z(p / (2R))``, so the factor carries a threshold set on ``rows_max`` rows to
+    ``rows`` rows whatever ``sigma`` is. Model-based: it assumes independent, normal row
+    sums; outputs within the calibrated rows are unchanged. ``rows`` may be an array.
+    """
+    from scipy.special import ndtri  # the normal quantile, a ufunc
+
+    r = np.asarray(rows, dtype=np.float64)
+    rmax = float(rows_max)
+    if not (rmax >= 1):
+        raise ValueError(f"rows_max must be >= 1, got {rows_max!r}")
+    beyond = r > rmax
+    if not beyond.any():
+        return np.ones_like(r) if r.ndim else 1.0
+    f = np.where(beyond, ndtri(ROW_TAIL / (2.0 * np.maximum(r, rmax))) / ndtri(ROW_TAIL / (2.0 * rmax)), 1.0)
+    return f if r.ndim else float(f)
+
+
+def extrapolated_rows(stats: Mapping[str, Any], factor: Any) -> dict[str, Any]:
+    """``stats`` with every statistic of :data:`ROW_MAXIMA` divided by
+    :func:`row_extrapolation`'s ``factor``; the other statistics as they are."""
+    return {k: (v / factor if k in ROW_MAXIMA else v) for k, v in stats.items()}
 
 
 # ----------------------------------------------------------------------- combined score

@@ -40,7 +40,8 @@ import numpy as np
 
 from tolstat._base.dtypes import target_dtype
 from tolstat.measure.metrics import ErrorMetrics
-from tolstat.measure.noise import MID_SUFFIX, combined_score, record_statistics
+from tolstat.measure.noise import (MID_SUFFIX, ROW_MAXIMA, combined_score, extrapolated_rows, output_rows,
+                                   record_statistics, row_extrapolation)
 
 __all__ = [
     "Statistic",
@@ -283,10 +284,29 @@ def rounded_statistics(stats: Mapping[str, float]) -> dict[str, float]:
     return {k: (0.0 if not math.isnan(v) else v) for k, v in stats.items()}
 
 
+def dataset_rows(ds: Any) -> np.ndarray:
+    """Per run, the rows of its output (:func:`tolstat.measure.noise.output_rows`), from its
+    ``shape`` label (``"64x1024"``, ``"scalar"``)."""
+    from tolstat._base.util import factorize
+
+    names, inv = factorize(np.asarray(ds["shape"].values).astype(str))
+    per = np.array([output_rows(() if s == "scalar" else tuple(int(d) for d in s.split("x"))) for s in names],
+                   dtype=np.int64)
+    return per[inv] if per.size else np.zeros(0, dtype=np.int64)
+
+
 def _op_score_from_dataset(ds: Any, model: Any = None) -> RunScores:
     cert = _need_model("op_score", model)
     q = dict(cert["normalisers"])
-    return RunScores(np.asarray(combined_score(dataset_op_statistics(ds, list(q)), q), dtype=np.float64), 0)
+    stats = dataset_op_statistics(ds, list(q))
+    rows_max = cert.get("rows_max")
+    if rows_max is not None and "shape" in ds and ds.sizes["run"] and any(k in ROW_MAXIMA for k in q):
+        # runs with more rows than every calibration run: their row maxima carried to
+        # their rows as a check carries them (tolstat.measure.noise.row_extrapolation)
+        f = row_extrapolation(dataset_rows(ds), rows_max)
+        if np.any(f != 1.0):
+            stats = extrapolated_rows(stats, f)
+    return RunScores(np.asarray(combined_score(stats, q), dtype=np.float64), 0)
 
 
 def _op_score_metrics(m: ErrorMetrics, model: Any, cov: Mapping[str, Any], dtype: str) -> float:
