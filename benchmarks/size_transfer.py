@@ -1,6 +1,6 @@
 """How often correct outputs larger than the calibration runs fail, per op and size.
 
-Run: ``PYTHONPATH=. python benchmarks/size_transfer.py [--runs N]`` (about 2 minutes).
+Run: ``PYTHONPATH=. python benchmarks/size_transfer.py [--runs N] [--recall-runs M]`` (about 3 minutes).
 
 The promise covers runs like the calibration runs. A check of an output larger than every
 calibration run of its group gets a ``CalibrationRangeWarning``; this measures what the
@@ -14,7 +14,13 @@ check of an output with more rows than every calibration run carries its row inv
 and row bias to its rows, ``tolstat.measure.noise.row_extrapolation``) and with the same
 table without its ``rows_max`` (the maxima as calibrated, what tables written before it
 do). Reported per variant: the failures, their rate, its 95 % Clopper-Pearson upper bound
-(``scipy.stats.binomtest``) and, for the failed checks, the statistic that tripped first. Writes ``benchmarks/results/size_transfer.md`` and ``.json``
+(``scipy.stats.binomtest``) and, for the failed checks, the statistic that tripped first.
+
+Then what the extrapolation costs in recall: for softmax (a denominator summed from
+float16-rounded terms) and layer_norm (``eps = 5e-5`` instead of ``1e-5``), ``--recall-runs``
+correct and buggy outputs of 64 rows of 1,024 (default 300 each) checked against the table
+of 4-row runs with and without ``rows_max`` and against a table calibrated the same way on
+64-row runs (the size checked). Writes ``benchmarks/results/size_transfer.md`` and ``.json``
 (atomically).
 """
 
@@ -58,6 +64,56 @@ def _without_rows_max(table: tolstat.ToleranceTable) -> tolstat.ToleranceTable:
 
 
 VARIANTS = ("extrapolated", "as calibrated")
+RECALL_ROWS = (4, 64)
+
+
+def _softmax_lowp_denominator(x: np.ndarray, dim: int = -1) -> np.ndarray:
+    """softmax whose denominator sums the float16-rounded terms (each term rounded once more)."""
+    y = x.astype(np.float32)
+    e = np.exp(y - y.max(axis=dim, keepdims=True))
+    return (e / e.astype(np.float16).astype(np.float32).sum(axis=dim, keepdims=True)).astype(np.float16)
+
+
+def _layer_norm_eps_5e5(x: np.ndarray, shape: tuple, w: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> np.ndarray:
+    """layer_norm with ``eps = 5e-5`` whatever it is given."""
+    return B._layer_norm(x.astype(np.float32), shape, w.astype(np.float32), b.astype(np.float32),
+                         eps=5e-5).astype(np.float16)
+
+
+BUGS = {"softmax": ("denominator of float16-rounded terms", _softmax_lowp_denominator),
+        "layer_norm": ("eps 5e-5 instead of 1e-5", _layer_norm_eps_5e5)}
+
+
+def _table_of_rows(op: "B.Op", rows: int, seed: int) -> tolstat.ToleranceTable:
+    pairs = []
+    for i in range(300):
+        x = op.make(np.random.default_rng([seed, rows, i]), 1024 * rows)
+        pairs.append({"actual": op.kernel(*x), "expected": op.reference(*x), "inputs": x, "params": op.params})
+    ds = tolstat.from_pairs(pairs, op=op.name, dtype="float16", hardware="bench",
+                            options=tolstat.CollectOptions(progress=False))
+    return tolstat.select(ds, fp_budget=0.01)
+
+
+def recall(runs: int) -> list[dict]:
+    """False positives and recall at 64 rows: tables of 4-row runs (extrapolated, as
+    calibrated) and of 64-row runs."""
+    out = []
+    for name, (bug, kernel) in BUGS.items():
+        op = B.OPS[name]
+        small = _table_of_rows(op, RECALL_ROWS[0], 1)
+        tables = {"4 rows, extrapolated": small, "4 rows, as calibrated": _without_rows_max(small),
+                  "64 rows (the size checked)": _table_of_rows(op, RECALL_ROWS[1], 2)}
+        for tname, t in tables.items():
+            fp = caught = 0
+            for i in range(runs):
+                x = op.make(np.random.default_rng([99, i]), 1024 * RECALL_ROWS[1])
+                kw = dict(op=name, dtype="float16", table=t, hardware="bench", inputs=x, params=op.params)
+                e = op.reference(*x)
+                fp += not tolstat.check(op.kernel(*x), e, **kw).passed
+                caught += not tolstat.check(kernel(*x, **(op.params or {})), e, **kw).passed
+            out.append(dict(op=name, bug=bug, table=tname, runs=runs, fp=fp, caught=caught))
+            print(f"{name:<10s} {tname:<28s} false positives {fp}/{runs}, {bug}: caught {caught}/{runs}", flush=True)
+    return out
 
 
 def measure(runs: int) -> dict:
@@ -107,20 +163,31 @@ def _markdown(res: dict) -> str:
             trip = ", ".join(f"{k} {n}" for k, n in c["tripped"].items()) or "-"
             cells.append(f"{c['fails']}/{r['runs']} | {100 * c['rate']:.1f}% | {100 * c['upper']:.1f}% | {trip}")
         lines.append(f"| {r['op']} | {r['n']:,} | {r['factor']} | " + " | ".join(cells) + " |")
+    lines += ["", "## Recall at 64 rows", "",
+              "Correct and buggy outputs of 64 rows of 1,024 against a table of 4-row runs (with and without "
+              "`rows_max`) and a table of 64-row runs, 300 calibration runs each.", "",
+              "| op | table | false positives | bug | caught |", "|---|---|---:|---|---:|"]
+    for r in res.get("recall", []):
+        lines.append(f"| {r['op']} | {r['table']} | {r['fp']}/{r['runs']} | {r['bug']} | {r['caught']}/{r['runs']} |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=1000, help="correct outputs per op and size (default 1000)")
+    ap.add_argument("--recall-runs", type=int, default=300,
+                    help="correct and buggy outputs of 64 rows per op and table (default 300)")
     ap.add_argument("--out", default=str(RESULTS / "size_transfer.md"), help="markdown output")
     args = ap.parse_args(argv)
     if args.runs < 1:
         ap.error(f"--runs must be >= 1, got {args.runs}")
+    if args.recall_runs < 1:
+        ap.error(f"--recall-runs must be >= 1, got {args.recall_runs}")
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the CalibrationRangeWarning of every larger output
         res = measure(args.runs)
+        res["recall"] = recall(args.recall_runs)
     res["wall_s"] = time.perf_counter() - t0
     out = Path(args.out)
     atomic_write_text(out, _markdown(res))
