@@ -20,9 +20,13 @@ Usage
 ::
 
     .venv/bin/python benchmarks/torch_heldout.py --quick    # smoke run (~10 s)
-    .venv/bin/python benchmarks/torch_heldout.py            # n_cal 300, n_test 30, n_bug 30 (~25 s)
+    .venv/bin/python benchmarks/torch_heldout.py            # n_cal 300, n_test 30, n_bug 30 (~15 s)
+    .venv/bin/python benchmarks/torch_heldout.py --rows-factor 8   # held-out outputs of 8x the rows
 
-Writes ``benchmarks/results/torch_heldout.json`` and ``.md`` next to it (``--out``).
+Writes ``benchmarks/results/torch_heldout.json`` and ``.md`` next to it (``--out``; with
+``--rows-factor F > 1``, ``torch_heldout_rows<F>.json``): the held-out runs then have ``F``
+times the calibration runs' leading dimension, and the default table is also checked
+without its ``rows_max`` (``tolstat_as_calibrated``).
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ DTYPES: dict[str, torch.dtype] = {"float16": torch.float16, "bfloat16": torch.bf
 #: torch.testing.assert_close defaults (rtol, atol)
 TORCH_DEFAULT: dict[str, tuple[float, float]] = {"float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5)}
 METHODS = ("tolstat", "tolstat_allclose", "torch_default", "atol_rtol_1e-2")
+#: with --rows-factor > 1: the default table without its rows_max (the row maxima as calibrated)
+AS_CALIBRATED = "tolstat_as_calibrated"
 HARD_BUGS = ("rms_norm_eps_outside_sqrt", "softmax_lowp_denominator", "layer_norm_eps_1e-6",
              "softmax_no_max_sub", "sdpa_scale_sqrt_d_plus_1")
 
@@ -109,52 +115,52 @@ def _lengths(quick: bool) -> tuple[int, ...]:
     return (32, 128) if quick else (32, 128, 512, 1024)
 
 
-def make_matmul(rng: np.random.Generator, dt: torch.dtype, quick: bool) -> Case:
-    m, k, n = _pick(rng, (4, 16)), _pick(rng, _lengths(quick)), _pick(rng, (8, 32))
+def make_matmul(rng: np.random.Generator, dt: torch.dtype, quick: bool, rows: int = 1) -> Case:
+    m, k, n = _pick(rng, (4, 16)) * rows, _pick(rng, _lengths(quick)), _pick(rng, (8, 32))
     return Case((_lp(_rows(rng, (m, k)), dt), _lp(rng.standard_normal((k, n)), dt)))
 
 
-def make_bmm(rng: np.random.Generator, dt: torch.dtype, quick: bool) -> Case:
-    b, m, k = _pick(rng, (2, 4)), _pick(rng, (4, 16)), _pick(rng, _lengths(quick))
+def make_bmm(rng: np.random.Generator, dt: torch.dtype, quick: bool, rows: int = 1) -> Case:
+    b, m, k = _pick(rng, (2, 4)), _pick(rng, (4, 16)) * rows, _pick(rng, _lengths(quick))
     return Case((_lp(_rows(rng, (b, m, k)), dt), _lp(rng.standard_normal((b, k, 16)), dt)))
 
 
-def make_linear(rng: np.random.Generator, dt: torch.dtype, quick: bool) -> Case:
-    m, k = _pick(rng, (4, 16)), _pick(rng, (32, 128) if quick else (32, 128, 512))
+def make_linear(rng: np.random.Generator, dt: torch.dtype, quick: bool, rows: int = 1) -> Case:
+    m, k = _pick(rng, (4, 16)) * rows, _pick(rng, (32, 128) if quick else (32, 128, 512))
     w = rng.standard_normal((k, k)) / math.sqrt(k)  # square: out_features = in_features
     return Case((_lp(_rows(rng, (m, k)), dt), _lp(w, dt), _lp(rng.standard_normal(k), dt)))
 
 
 def make_rowwise(large: bool = False, scale: float = 1.0, dim: bool = False) -> Callable[..., Case]:
     """(rows, n) inputs for softmax-like, pointwise and scan ops."""
-    def make(rng: np.random.Generator, dt: torch.dtype, quick: bool) -> Case:
-        shape = (_pick(rng, (4, 16)), _pick(rng, _lengths(quick)))
+    def make(rng: np.random.Generator, dt: torch.dtype, quick: bool, rows: int = 1) -> Case:
+        shape = (_pick(rng, (4, 16)) * rows, _pick(rng, _lengths(quick)))
         return Case((_lp(scale * _rows(rng, shape, large), dt),), {"dim": -1} if dim else {})
     return make
 
 
-def make_layer_norm(rng: np.random.Generator, dt: torch.dtype, quick: bool) -> Case:
-    m, n = _pick(rng, (4, 16)), _pick(rng, _lengths(quick))
+def make_layer_norm(rng: np.random.Generator, dt: torch.dtype, quick: bool, rows: int = 1) -> Case:
+    m, n = _pick(rng, (4, 16)) * rows, _pick(rng, _lengths(quick))
     w, b = 1.0 + 0.1 * rng.standard_normal(n), 0.1 * rng.standard_normal(n)
     return Case((_lp(_rows(rng, (m, n)), dt), (n,), _lp(w, dt), _lp(b, dt)), {"eps": 1e-5})
 
 
-def make_rms_norm(rng: np.random.Generator, dt: torch.dtype, quick: bool) -> Case:
-    m, n = _pick(rng, (4, 16)), _pick(rng, _lengths(quick))
+def make_rms_norm(rng: np.random.Generator, dt: torch.dtype, quick: bool, rows: int = 1) -> Case:
+    m, n = _pick(rng, (4, 16)) * rows, _pick(rng, _lengths(quick))
     w = 1.0 + 0.1 * rng.standard_normal(n)
     return Case((_lp(_rows(rng, (m, n)), dt), (n,), _lp(w, dt)), {"eps": 1e-6})
 
 
-def make_sdpa(rng: np.random.Generator, dt: torch.dtype, quick: bool) -> Case:
+def make_sdpa(rng: np.random.Generator, dt: torch.dtype, quick: bool, rows: int = 1) -> Case:
     seq, d = _pick(rng, (16, 64) if quick else (16, 64, 128)), _pick(rng, (16, 32, 64))
-    q, k, v = (_rows(rng, (1, 2, seq, d)) for _ in range(3))
+    q, k, v = (_rows(rng, (rows, 2, seq, d)) for _ in range(3))
     return Case(tuple(_lp(a, dt) for a in (q, k, v)), {"is_causal": bool(rng.integers(2))})
 
 
-def make_conv1d(rng: np.random.Generator, dt: torch.dtype, quick: bool) -> Case:
+def make_conv1d(rng: np.random.Generator, dt: torch.dtype, quick: bool, rows: int = 1) -> Case:
     c_in, ks = _pick(rng, (32, 64) if quick else (32, 64, 128)), _pick(rng, (3, 5))
     w = rng.standard_normal((16, c_in, ks)) / math.sqrt(c_in * ks)
-    return Case((_lp(_rows(rng, (2, c_in, 64)), dt), _lp(w, dt), _lp(rng.standard_normal(16), dt)))
+    return Case((_lp(_rows(rng, (2 * rows, c_in, 64)), dt), _lp(w, dt), _lp(rng.standard_normal(16), dt)))
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -359,7 +365,9 @@ def collect_group(spec: OpSpec, bugs: list[Bug], oi: int, dt_name: str, args: ar
     kernels = list(spec.variants.items())
 
     def case(part: int, i: int) -> Case:
-        return spec.make(np.random.default_rng([args.seed, oi, di, part, i]), dt, args.quick)
+        # the held-out runs (parts >= 1) with --rows-factor times the leading dimension
+        rows = 1 if part == 0 else args.rows_factor
+        return spec.make(np.random.default_rng([args.seed, oi, di, part, i]), dt, args.quick, rows)
 
     items = []
     for i in range(args.n_cal):
@@ -420,12 +428,12 @@ def _cell(d: dict[str, Any]) -> str:
     return f"{d['k']}/{d['n']} ({d['pct']:.1f}%)" if d["n"] else "-"
 
 
-def summarise(runs: list[Run]) -> dict[str, Any]:
+def summarise(runs: list[Run], methods: tuple[str, ...] = METHODS) -> dict[str, Any]:
     ctrl = [r for r in runs if r.kind == "correct"]
     bug = [r for r in runs if r.kind == "bug"]
     det = [r for r in bug if r.detectable]
     summary = {m: {"fp": _rate([r.failed[m] for r in ctrl]), "recall_all": _rate([r.failed[m] for r in bug]),
-                   "recall_detectable": _rate([r.failed[m] for r in det])} for m in METHODS}
+                   "recall_detectable": _rate([r.failed[m] for r in det])} for m in methods}
     per_bug = []
     for name, dt in sorted({(r.name, r.dtype) for r in bug}, key=lambda k: (k[0] not in HARD_BUGS, k)):
         rs = [r for r in bug if (r.name, r.dtype) == (name, dt)]
@@ -433,17 +441,18 @@ def summarise(runs: list[Run]) -> dict[str, Any]:
         per_bug.append({"bug": name, "op": rs[0].op, "dtype": dt, "n": len(rs), "detectable": len(ds),
                         "identical": sum(r.identical for r in rs),
                         **{m: {"all": _rate([r.failed[m] for r in rs]), "detectable": _rate([r.failed[m] for r in ds])}
-                           for m in METHODS}})
+                           for m in methods}})
     per_variant = []
     for op, dt, v in sorted({(r.op, r.dtype, r.name) for r in ctrl}):
         rs = [r for r in ctrl if (r.op, r.dtype, r.name) == (op, dt, v)]
         per_variant.append({"op": op, "dtype": dt, "variant": v,
-                            **{m: _rate([r.failed[m] for r in rs]) for m in METHODS}})
+                            **{m: _rate([r.failed[m] for r in rs]) for m in methods}})
     return {"summary": summary, "per_bug": per_bug, "per_variant": per_variant}
 
 
 def markdown(res: dict[str, Any]) -> str:
     c = res["config"]
+    methods = tuple(res.get("methods", METHODS))
     lines = [
         "# tolstat on held-out torch CPU kernels (outside the embedded corpus)", "",
         f"Command: `{res['command']}`; commit {res['commit']}; run time {res['wall_s']:.0f} s wall, "
@@ -453,7 +462,11 @@ def markdown(res: dict[str, Any]) -> str:
         f"{c['n_cal']} calibration runs (correct variants in turn), {c['n_test']} held-out runs per correct "
         f"variant (2 variants: the torch function on the low-precision tensors, a hand-written float32 "
         f"computation cast), {c['n_bug']} runs per bug kind and dtype; seed {c['seed']}, quick={c['quick']}. "
-        "Every run has fresh inputs. Reference: the torch function in float64 on the same rounded inputs.", "",
+        "Every run has fresh inputs. Reference: the torch function in float64 on the same rounded inputs."
+        + (f" Held-out runs have {c['rows_factor']} times the leading dimension (rows) of the calibration runs; "
+           f"`{AS_CALIBRATED}` is the default table without its `rows_max` (the row invariants and row bias "
+           "of a larger output as calibrated, not carried to its rows)." if c.get("rows_factor", 1) > 1 else ""),
+        "",
         "Methods: `tolstat` = `select(ds, fp_budget=0.01)` (default form; one call over all groups, "
         "`on_error='skip'`) then `check(..., inputs=, params=)`; `tolstat_allclose` = the same with "
         "`form='allclose'`; `torch_default` = torch.testing.assert_close default rtol/atol "
@@ -470,17 +483,17 @@ def markdown(res: dict[str, Any]) -> str:
     for m, s in res["summary"].items():
         lines.append(f"| {m} | {_cell(s['fp'])} | {_cell(s['recall_all'])} | {_cell(s['recall_detectable'])} |")
     lines += ["", "## Per bug (recall on all runs / on detectable runs)", "",
-              "| bug | op | dtype | detectable | identical | " + " | ".join(METHODS) + " |",
-              "|---|---|---|---|---|" + "---|" * len(METHODS)]
+              "| bug | op | dtype | detectable | identical | " + " | ".join(methods) + " |",
+              "|---|---|---|---|---|" + "---|" * len(methods)]
     for b in res["per_bug"]:
         cells = [f"{b[m]['all']['pct']:.0f}% / " + (f"{b[m]['detectable']['pct']:.0f}%" if b["detectable"] else "-")
-                 if b[m]["all"]["n"] else "-" for m in METHODS]
+                 if b[m]["all"]["n"] else "-" for m in methods]
         lines.append(f"| {b['bug']} | {b['op']} | {b['dtype']} | {b['detectable']}/{b['n']} | {b['identical']} | "
                      + " | ".join(cells) + " |")
     lines += ["", "## False positives per correct variant (variants with at least one failure; JSON has all)", "",
-              "| op | dtype | variant | " + " | ".join(METHODS) + " |", "|---|---|---|" + "---|" * len(METHODS)]
-    for v in (v for v in res["per_variant"] if any(v[m]["k"] for m in METHODS)):
-        lines.append(f"| {v['op']} | {v['dtype']} | {v['variant']} | " + " | ".join(_cell(v[m]) for m in METHODS) + " |")
+              "| op | dtype | variant | " + " | ".join(methods) + " |", "|---|---|---|" + "---|" * len(methods)]
+    for v in (v for v in res["per_variant"] if any(v[m]["k"] for m in methods)):
+        lines.append(f"| {v['op']} | {v['dtype']} | {v['variant']} | " + " | ".join(_cell(v[m]) for m in methods) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -513,8 +526,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--n-cal", type=int, default=300)
     p.add_argument("--n-test", type=int, default=None, help="per correct variant (default 30; quick 4)")
     p.add_argument("--n-bug", type=int, default=None, help="per bug kind and dtype (default 30; quick 4)")
-    p.add_argument("--out", type=Path, default=HERE / "results" / "torch_heldout.json")
+    p.add_argument("--rows-factor", type=int, default=1,
+                   help="held-out runs with this many times the calibration runs' leading dimension (rows); "
+                        "above 1 the default table is also checked without its rows_max (default 1)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="JSON output (default results/torch_heldout.json, torch_heldout_rows<F>.json with "
+                        "--rows-factor F > 1)")
     args = p.parse_args(argv)
+    if args.rows_factor < 1:
+        p.error(f"--rows-factor must be >= 1, got {args.rows_factor}")
+    if args.out is None:
+        name = "torch_heldout.json" if args.rows_factor == 1 else f"torch_heldout_rows{args.rows_factor}.json"
+        args.out = HERE / "results" / name
     args.n_test = args.n_test if args.n_test is not None else (4 if args.quick else 30)
     args.n_bug = args.n_bug if args.n_bug is not None else (4 if args.quick else 30)
     torch.set_num_threads(1)
@@ -531,8 +554,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ds = tolstat.concat(datasets)
     tables = {"tolstat": tolstat.select(ds, fp_budget=0.01, on_error="skip"),
               "tolstat_allclose": tolstat.select(ds, fp_budget=0.01, form="allclose", on_error="skip")}
+    methods = METHODS
+    if args.rows_factor > 1:  # the same default table, the row maxima as calibrated (no extrapolation)
+        d = tables["tolstat"].to_dict()
+        for g in d["groups"]:
+            g["certificate"].pop("rows_max", None)
+        tables[AS_CALIBRATED] = tolstat.ToleranceTable.from_groups(d.pop("groups"), d)
+        methods = METHODS[:1] + (AS_CALIBRATED,) + METHODS[1:]
     refused, forms = {}, {}
     for m, t in tables.items():
+        if m == AS_CALIBRATED:
+            continue
         for spec in ops:
             for dt_name in DTYPES:
                 try:
@@ -546,11 +578,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "command": " ".join(["python benchmarks/torch_heldout.py", *(argv if argv is not None else sys.argv[1:])]),
         "commit": _commit(), "torch": torch.__version__, "tolstat": tolstat.__version__,
         "config": {"seed": args.seed, "n_cal": args.n_cal, "n_test": args.n_test, "n_bug": args.n_bug,
-                   "quick": args.quick, "fp_budget": 0.01, "dtypes": list(DTYPES)},
+                   "quick": args.quick, "fp_budget": 0.01, "dtypes": list(DTYPES), "rows_factor": args.rows_factor},
+        "methods": list(methods),
         "ops": [s.name for s in ops], "bugs": [{"name": b.name, "op": b.op} for b in bugs],
         "refused": refused, "forms": forms,
         "correct_max_err": {f"{o}/{d}": v for (o, d), v in bar.items()},
-        **summarise(runs),
+        **summarise(runs, methods),
         "load_start": load_start, "load_end": os.getloadavg(),
         "wall_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
     }

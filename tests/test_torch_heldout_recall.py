@@ -34,3 +34,20 @@ def test_torch_heldout_quick_run_decides_every_run(tmp_path, monkeypatch):
     # every group the default calibrated took the operator form (inputs= reached the op model)
     assert all(v == "operator" for k, v in res["forms"].items() if k.startswith("tolstat:"))
     assert (tmp_path / "h.md").read_text().startswith("# tolstat on held-out torch CPU kernels")
+
+
+@pytest.mark.slow
+def test_torch_heldout_with_more_rows_checks_against_the_table_with_and_without_rows_max(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("torch_heldout", ROOT / "benchmarks" / "torch_heldout.py")
+    mod = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "torch_heldout", mod)
+    spec.loader.exec_module(mod)
+    res = mod.main(["--quick", "--rows-factor", "4", "--out", str(tmp_path / "r.json")])
+    assert res["config"]["rows_factor"] == 4 and mod.AS_CALIBRATED in res["methods"]
+    ours, plain = res["summary"]["tolstat"], res["summary"][mod.AS_CALIBRATED]
+    assert ours["fp"]["n"] == plain["fp"]["n"] > 0
+    # carrying the row maxima only lowers scores: no check fails that fails without it
+    assert ours["fp"]["k"] <= plain["fp"]["k"] and ours["recall_all"]["k"] <= plain["recall_all"]["k"]
+    for v in res["per_variant"]:
+        assert v["tolstat"]["k"] <= v[mod.AS_CALIBRATED]["k"]
+    assert "times the leading dimension" in (tmp_path / "r.md").read_text()
