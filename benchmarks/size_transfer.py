@@ -10,16 +10,17 @@ invariants) one table from 300 float16 runs of 4,096 outputs with ``inputs=`` an
 default ``tolstat.select(ds, fp_budget=0.01)``; then ``N`` fresh correct outputs (default
 200) of 1, 4, 16 and 64 times that size, each checked with ``tolstat.check(...,
 inputs=, params=)``, the user's call, twice: with the table as ``select`` made it (a
-check of an output with more rows than every calibration run carries its row invariants
-and row bias to its rows, ``tolstat.measure.noise.row_extrapolation``) and with the same
-table without its ``rows_max`` (the maxima as calibrated, what tables written before it
-do). Reported per variant: the failures, their rate, its 95 % Clopper-Pearson upper bound
+check of an output larger than every calibration run carries its row invariants and row
+bias to its rows and reads its whole-output bias at the calibrated size,
+``tolstat.measure.noise.beyond_calibration``) and with the same table without its
+calibrated size (``rows_max``, ``n_elements_max``: nothing carried, what tables written
+before them do). Reported per variant: the failures, their rate, its 95 % Clopper-Pearson upper bound
 (``scipy.stats.binomtest``) and, for the failed checks, the statistic that tripped first.
 
 Then what the extrapolation costs in recall: for softmax (a denominator summed from
 float16-rounded terms) and layer_norm (``eps = 5e-5`` instead of ``1e-5``), ``--recall-runs``
 correct and buggy outputs of 64 rows of 1,024 (default 300 each) checked against the table
-of 4-row runs with and without ``rows_max`` and against a table calibrated the same way on
+of 4-row runs with and without its calibrated size and against a table calibrated the same way on
 64-row runs (the size checked). Writes ``benchmarks/results/size_transfer.md`` and ``.json``
 (atomically).
 """
@@ -56,10 +57,13 @@ def _tripped(r: tolstat.CheckResult) -> str:
     return max(shares, key=shares.get) if shares else "op_score"
 
 
-def _without_rows_max(table: tolstat.ToleranceTable) -> tolstat.ToleranceTable:
+def _as_calibrated(table: tolstat.ToleranceTable) -> tolstat.ToleranceTable:
+    """``table`` without the calibrated size (``rows_max``, ``n_elements_max``): a larger
+    output's statistics as calibrated, nothing carried (as tables written before them)."""
     d = table.to_dict()
     for g in d["groups"]:
         g["certificate"].pop("rows_max", None)
+        g["certificate"].pop("n_elements_max", None)
     return tolstat.ToleranceTable.from_groups(d.pop("groups"), d)
 
 
@@ -101,7 +105,7 @@ def recall(runs: int) -> list[dict]:
     for name, (bug, kernel) in BUGS.items():
         op = B.OPS[name]
         small = _table_of_rows(op, RECALL_ROWS[0], 1)
-        tables = {"4 rows, extrapolated": small, "4 rows, as calibrated": _without_rows_max(small),
+        tables = {"4 rows, extrapolated": small, "4 rows, as calibrated": _as_calibrated(small),
                   "64 rows (the size checked)": _table_of_rows(op, RECALL_ROWS[1], 2)}
         for tname, t in tables.items():
             fp = caught = 0
@@ -120,7 +124,7 @@ def measure(runs: int) -> dict:
     rows = []
     for name, op in B.OPS.items():
         table = B._table(op)
-        tables = {"extrapolated": table, "as calibrated": _without_rows_max(table)}
+        tables = {"extrapolated": table, "as calibrated": _as_calibrated(table)}
         for f in FACTORS:
             n = BASE * f
             fails = dict.fromkeys(VARIANTS, 0)
@@ -151,8 +155,9 @@ def _markdown(res: dict) -> str:
              f"{res['base']:,} outputs (`inputs=`, default `select`, budget {res['budget']:g}), then fresh "
              "correct outputs of 1-64 times that size checked with `check(..., inputs=, params=)`: *extrapolated* "
              "with the table as `select` made it (the row invariants and row bias of an output with more rows than "
-             "calibrated carried to its rows, model-based), *as calibrated* with the same table without its "
-             "`rows_max`. A larger output is outside the promise (`CalibrationRangeWarning`).", "",
+             "calibrated carried to its rows, model-based, and its whole-output bias read at the calibrated size), "
+             "*as calibrated* with the same table without `rows_max` and `n_elements_max` (nothing carried). A "
+             "larger output is outside the promise (`CalibrationRangeWarning`).", "",
              "| op | outputs | x calibration size | extrapolated: failed | rate | 95% upper | tripped "
              "| as calibrated: failed | rate | 95% upper | tripped |",
              "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|"]
@@ -164,8 +169,8 @@ def _markdown(res: dict) -> str:
             cells.append(f"{c['fails']}/{r['runs']} | {100 * c['rate']:.1f}% | {100 * c['upper']:.1f}% | {trip}")
         lines.append(f"| {r['op']} | {r['n']:,} | {r['factor']} | " + " | ".join(cells) + " |")
     lines += ["", "## Recall at 64 rows", "",
-              "Correct and buggy outputs of 64 rows of 1,024 against a table of 4-row runs (with and without "
-              "`rows_max`) and a table of 64-row runs, 300 calibration runs each.", "",
+              "Correct and buggy outputs of 64 rows of 1,024 against a table of 4-row runs (extrapolated, and as "
+              "calibrated) and a table of 64-row runs, 300 calibration runs each.", "",
               "| op | table | false positives | bug | caught |", "|---|---|---:|---|---:|"]
     for r in res.get("recall", []):
         lines.append(f"| {r['op']} | {r['table']} | {r['fp']}/{r['runs']} | {r['bug']} | {r['caught']}/{r['runs']} |")

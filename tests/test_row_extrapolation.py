@@ -1,13 +1,16 @@
-"""Row maxima (invariants, row bias) of outputs with more rows than every calibration run.
+"""Outputs larger than every calibration run (``beyond_calibration``).
 
-An invariant is the largest over an output's rows of a normalised row sum; a table records
-the most rows of its calibration runs (``rows_max``), and a check, ``check_runs`` and every
-dataset scoring carry the invariants of an output with more rows to its rows by one
-definition. Outputs within the calibrated rows are decided as before.
+A row invariant or the row bias is the largest over an output's rows of a normalised row
+sum; the whole-output bias is ``|mean z| sqrt(n)``. A table records the most rows and
+elements of its calibration runs (``rows_max``, ``n_elements_max``); a check, ``check_runs``
+and every dataset scoring carry the row maxima of an output with more rows to its rows and
+read its bias at the calibrated size, by one definition. Outputs within the calibrated
+size are decided as before.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -16,7 +19,8 @@ from scipy.stats import norm
 
 import tolstat
 from tolstat.checks.checking import CalibrationRangeWarning, check_runs
-from tolstat.measure.noise import ROW_MAXIMA, ROW_TAIL, extrapolated_rows, output_rows, row_extrapolation
+from tolstat.measure.noise import (BIAS_STATISTICS, ROW_MAXIMA, ROW_TAIL, beyond_calibration, extrapolated_rows,
+                                   output_rows, row_extrapolation)
 
 pytestmark = pytest.mark.filterwarnings("ignore::tolstat.checks.checking.CalibrationRangeWarning")
 
@@ -31,6 +35,15 @@ def _softmax(x: np.ndarray) -> np.ndarray:
 def _from_dict(d: dict) -> tolstat.ToleranceTable:
     d = dict(d)
     return tolstat.ToleranceTable.from_groups(d.pop("groups"), d)
+
+
+def _as_calibrated(table: tolstat.ToleranceTable) -> tolstat.ToleranceTable:
+    """``table`` without its calibrated size: nothing carried (as tables written before it)."""
+    d = table.to_dict()
+    for g in d["groups"]:
+        g["certificate"].pop("rows_max")
+        g["certificate"].pop("n_elements_max")
+    return _from_dict(d)
 
 
 def _pair(rng: np.random.Generator, rows: int, cols: int = COLS) -> dict:
@@ -78,6 +91,20 @@ def test_only_the_largest_normalised_row_sums_are_divided():
                                              "inv_masked_zero": 1.0, "inv_my_own": 5.0}
 
 
+def test_beyond_the_calibrated_size_the_bias_is_read_at_it_and_the_row_maxima_carried():
+    stats = {"op_bias": 8.0, "op_sbias_mid": 4.0, "inv_row_sum": 3.0, "op_max": 2.0}
+    assert beyond_calibration(stats, rows=4, rows_max=4, n=256, n_max=256) == stats
+    assert beyond_calibration(stats, rows=16, rows_max=None, n=1024, n_max=None) == stats
+    got = beyond_calibration(stats, rows=16, rows_max=4, n=1024, n_max=256)
+    f = row_extrapolation(16, 4)
+    assert got == pytest.approx({"op_bias": 4.0, "op_sbias_mid": 2.0, "inv_row_sum": 3.0 / f, "op_max": 2.0},
+                                rel=1e-12)  # sqrt(1024 / 256) = 2
+    arr = beyond_calibration({"op_bias": np.array([8.0, 8.0])}, rows=np.array([1, 1]), rows_max=4,
+                             n=np.array([256, 1024]), n_max=256)
+    np.testing.assert_allclose(arr["op_bias"], [8.0, 4.0], rtol=1e-12)
+    assert BIAS_STATISTICS == {"op_bias", "op_sbias", "op_bias_mid", "op_sbias_mid"}
+
+
 def test_the_table_records_the_most_rows_of_its_calibration_runs(table, tmp_path):
     cert = table.entry("softmax", "float16", "cpu").certificate
     assert cert["rows_max"] == 4
@@ -95,28 +122,24 @@ def test_a_table_with_zero_rows_is_refused(table, tmp_path):
 
 def test_check_divides_the_row_maxima_of_more_rows_by_the_factor(table):
     p = _pair(np.random.default_rng(5), 64)
-    r = tolstat.check(p["actual"], p["expected"], op="softmax", dtype="float16", table=table, hardware="cpu",
-                      inputs=p["inputs"], params=p["params"])
-    d = table.to_dict()
-    d["groups"][0]["certificate"].pop("rows_max")  # a table written before rows_max: no extrapolation
-    raw = tolstat.check(p["actual"], p["expected"], op="softmax", dtype="float16",
-                        table=_from_dict(d), hardware="cpu", inputs=p["inputs"],
-                        params=p["params"])
-    f = row_extrapolation(64, 4)
-    assert {"inv_row_sum", "op_row_bias_max", "inv_masked_zero"} <= set(r.statistics)
+    kw = dict(op="softmax", dtype="float16", hardware="cpu", inputs=p["inputs"], params=p["params"])
+    r = tolstat.check(p["actual"], p["expected"], table=table, **kw)
+    raw = tolstat.check(p["actual"], p["expected"], table=_as_calibrated(table), **kw)
+    f, g = row_extrapolation(64, 4), math.sqrt(64 * COLS / (4 * COLS))
+    assert {"inv_row_sum", "op_row_bias_max", "op_bias", "inv_masked_zero"} <= set(r.statistics)
     for k in r.statistics:
         if k in ROW_MAXIMA:
             assert r.statistics[k] == pytest.approx(raw.statistics[k] / f, rel=1e-12)
+        elif k in BIAS_STATISTICS:
+            assert r.statistics[k] == pytest.approx(raw.statistics[k] / g, rel=1e-12)
         elif k != "op_score":
             assert r.statistics[k] == raw.statistics[k]
     assert r.statistics["op_score"] <= raw.statistics["op_score"]
-    # within the calibrated rows the two tables decide alike, value for value
+    # within the calibrated size the two tables decide alike, value for value
     q = _pair(np.random.default_rng(6), 4)
-    a = tolstat.check(q["actual"], q["expected"], op="softmax", dtype="float16", table=table, hardware="cpu",
-                      inputs=q["inputs"], params=q["params"])
-    b = tolstat.check(q["actual"], q["expected"], op="softmax", dtype="float16",
-                      table=_from_dict(d), hardware="cpu", inputs=q["inputs"],
-                      params=q["params"])
+    kw = dict(op="softmax", dtype="float16", hardware="cpu", inputs=q["inputs"], params=q["params"])
+    a = tolstat.check(q["actual"], q["expected"], table=table, **kw)
+    b = tolstat.check(q["actual"], q["expected"], table=_as_calibrated(table), **kw)
     assert a.statistics == b.statistics
 
 
@@ -129,6 +152,7 @@ def test_the_warning_says_the_invariants_were_carried(table):
     (w,) = [w for w in got if issubclass(w.category, CalibrationRangeWarning)]
     msg = str(w.message)
     assert "carried from the 4 rows calibrated to its 16" in msg and "model-based" in msg
+    assert "whole-output bias is read at the calibrated size (256 elements)" in msg
 
 
 def test_check_and_check_runs_decide_larger_outputs_alike(table):
@@ -162,9 +186,7 @@ def test_correct_outputs_with_sixteen_times_the_rows_fail_about_the_budget():
         ds = tolstat.from_pairs([_pair(rng, 4, 1024) for _ in range(300)], op="softmax", dtype="float16",
                                 hardware="cpu", options=tolstat.CollectOptions(progress=False))
         table = tolstat.select(ds, fp_budget=0.01)
-        d = table.to_dict()
-        d["groups"][0]["certificate"].pop("rows_max")
-        before = _from_dict(d)
+        before = _as_calibrated(table)
         for _ in range(300):
             p = _pair(rng, 64, 1024)
             kw = dict(op="softmax", dtype="float16", hardware="cpu", inputs=p["inputs"], params=p["params"])

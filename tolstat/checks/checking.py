@@ -25,8 +25,8 @@ from tolstat.measure.metrics import ErrorMetrics, as_array, error_metrics, ulp_d
 from tolstat.models.statistics import get as get_statistic
 from tolstat.measure.metrics import metric_covariates
 from tolstat.models.statistics import pair_op_statistics, rounded_statistics
-from tolstat.measure.noise import (PLAIN_SHAPE, ROW_MAXIMA, combined_score, extrapolated_rows, noise_scale,
-                                   op_pass_coefficients, output_rows, row_extrapolation, statistics_of_pass)
+from tolstat.measure.noise import (BIAS_STATISTICS, PLAIN_SHAPE, ROW_MAXIMA, beyond_calibration, combined_score,
+                                   noise_scale, op_pass_coefficients, output_rows, statistics_of_pass)
 from tolstat.calibration.certificate import score_member
 from tolstat.calibration.table import MissingGroup, ToleranceEntry, ToleranceTable
 from tolstat.calibration.decision import entry_failed_runs, pair_is_correctly_rounded, pair_value, ratio_value
@@ -183,18 +183,20 @@ class CalibrationRangeWarning(UserWarning):
 def _warn_beyond_calibration(ent: ToleranceEntry, shape: tuple[int, ...]) -> None:
     """A :class:`CalibrationRangeWarning` when an output of ``shape`` has more elements than
     the largest calibration run of ``ent``'s group (tables that do not record it: nothing);
-    it says when the row maxima are carried to more rows than calibrated
-    (:func:`tolstat.measure.noise.row_extrapolation`)."""
+    it says what of the decision is carried beyond the calibrated size
+    (:func:`tolstat.measure.noise.beyond_calibration`)."""
     cert = ent.certificate or {}
     top = cert.get("n_elements_max")
     n = math.prod(shape)
     if top is not None and n > top:
         rows, rows_max = output_rows(shape), cert.get("rows_max")
+        q = cert.get("normalisers", {}) if ent.operator else {}
         carried = ""
-        if ent.operator and rows_max is not None and rows > rows_max and any(
-                k in ROW_MAXIMA for k in cert.get("normalisers", {})):
+        if rows_max is not None and rows > rows_max and any(k in ROW_MAXIMA for k in q):
             carried = (f"; its row invariants and row bias are carried from the {rows_max:,} rows calibrated to its "
                        f"{rows:,} (model-based: independent, normal row sums)")
+        if any(k in BIAS_STATISTICS for k in q):
+            carried += f"; its whole-output bias is read at the calibrated size ({top:,} elements)"
         warnings.warn(CalibrationRangeWarning(
             f"table group ({ent.op}, {ent.dtype}, {ent.hardware}): this output has {n:,} elements, "
             f"{n / max(top, 1):.3g}x the largest calibration run ({top:,}){carried}; the false-positive promise "
@@ -467,10 +469,11 @@ def _operator_result(m: Any, actual: Any, expected: Any, ent: ToleranceEntry, ma
     if stats is None:
         stats = pair_op_statistics(actual, expected, m, dtype=ent.dtype, magnitude=mag, K=K, rowwise=c.rowwise,
                                    op=ent.op)
-    if c.rows_max is not None and c.has_row_maxima:
-        rows = output_rows(np.shape(actual))
-        if rows > c.rows_max:  # more rows than every calibration run: the row maxima carried to them
-            stats = extrapolated_rows(stats, row_extrapolation(rows, c.rows_max))
+    if c.beyond is not None:  # an output larger than every calibration run: its row maxima and bias carried
+        shape = np.shape(actual)
+        rows, n = output_rows(shape), math.prod(shape)
+        if (c.beyond[0] is not None and rows > c.beyond[0]) or (c.beyond[1] is not None and n > c.beyond[1]):
+            stats = beyond_calibration(stats, rows=rows, rows_max=c.beyond[0], n=n, n_max=c.beyond[1])
     s, which = combined_score(stats, c.q, which=True)
     s, which = float(s), str(which.item() if isinstance(which, np.ndarray) else which)
     values = {"op_score": s, **{k: float(stats[k]) for k in c.q}}
@@ -485,7 +488,7 @@ def _operator_result(m: Any, actual: Any, expected: Any, ent: ToleranceEntry, ma
 class _OpConstants:
     """What every operator-form check of one table entry reads, worked out once (:func:`_op_constants`)."""
 
-    __slots__ = ("td", "q", "threshold", "kq", "rowwise", "thresholds", "methods", "lean", "rows_max", "has_row_maxima")
+    __slots__ = ("td", "q", "threshold", "kq", "rowwise", "thresholds", "methods", "lean", "beyond")
 
     def __init__(self, ent: ToleranceEntry) -> None:
         cert = ent.certificate or {}
@@ -499,9 +502,11 @@ class _OpConstants:
         self.rowwise = bool(cert.get("rowwise", False))
         self.thresholds = {"op_score": thr, **{k: thr * v for k, v in self.q.items()}}
         self.methods = dict.fromkeys(self.thresholds, ent.statistics["op_score"].method)
-        # the most rows of a calibration run (tables written before it was recorded: None, no extrapolation)
-        self.rows_max = cert.get("rows_max")
-        self.has_row_maxima = any(k in ROW_MAXIMA for k in self.q)
+        # the most rows and elements of a calibration run where the score holds row maxima or
+        # the whole-output bias (tables written before they were recorded: None, nothing carried)
+        rows_max = cert.get("rows_max") if any(k in ROW_MAXIMA for k in self.q) else None
+        n_max = cert.get("n_elements_max") if any(k in BIAS_STATISTICS for k in self.q) else None
+        self.beyond = None if rows_max is None and n_max is None else (rows_max, n_max)
 
 
 _OP_CONSTANTS: dict[int, tuple[ToleranceEntry, _OpConstants]] = {}

@@ -84,8 +84,10 @@ __all__ = [
     "MID_SHAPE",
     "score_statistic_names",
     "statistic_names",
+    "BIAS_STATISTICS",
     "ROW_MAXIMA",
     "ROW_TAIL",
+    "beyond_calibration",
     "output_rows",
     "row_extrapolation",
     "extrapolated_rows",
@@ -710,6 +712,39 @@ def extrapolated_rows(stats: Mapping[str, Any], factor: Any) -> dict[str, Any]:
     """``stats`` with every statistic of :data:`ROW_MAXIMA` divided by
     :func:`row_extrapolation`'s ``factor``; the other statistics as they are."""
     return {k: (v / factor if k in ROW_MAXIMA else v) for k, v in stats.items()}
+
+
+#: the whole-output bias statistics (``|mean z| sqrt(n)``, both noise shapes), which
+#: :func:`beyond_calibration` reads at the calibrated size
+BIAS_STATISTICS = frozenset(n + sfx for n in ("op_bias", "op_sbias") for sfx in ("", MID_SUFFIX))
+
+
+def beyond_calibration(stats: Mapping[str, Any], *, rows: Any, rows_max: float | None, n: Any,
+                       n_max: float | None) -> dict[str, Any]:
+    """The statistics of outputs beyond their table's calibrated size as a decision reads
+    them: the one definition for a check and for the scoring of recorded runs.
+
+    With ``rows > rows_max`` the row maxima (:data:`ROW_MAXIMA`) are divided by
+    :func:`row_extrapolation`. With ``n > n_max`` elements the whole-output bias
+    (:data:`BIAS_STATISTICS`, ``|mean z| sqrt(n)``) is read at the calibrated size,
+    ``|mean z| sqrt(n_max)``: for an unbiased kernel it does not grow with ``n``, but a
+    correct kernel whose rounding is slightly biased has it grow like ``sqrt(n)``, which
+    no calibration run showed; beyond ``n_max`` the bias test keeps the power it had at
+    ``n_max``. ``rows`` and ``n`` may be arrays (one per run); ``None`` limits (tables
+    that do not record them) leave the statistics as they are.
+    """
+    out = dict(stats)
+    if rows_max is not None:
+        f = row_extrapolation(rows, rows_max)
+        if np.any(f != 1.0):
+            out = extrapolated_rows(out, f)
+    if n_max is not None and float(n_max) >= 1:
+        nn = np.asarray(n, dtype=np.float64)
+        if np.any(nn > n_max):
+            g = np.sqrt(np.maximum(nn, float(n_max)) / float(n_max))
+            g = g if g.ndim else float(g)
+            out = {k: (v / g if k in BIAS_STATISTICS else v) for k, v in out.items()}
+    return out
 
 
 # ----------------------------------------------------------------------- combined score
