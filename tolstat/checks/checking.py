@@ -25,8 +25,8 @@ from tolstat.measure.metrics import ErrorMetrics, as_array, error_metrics, ulp_d
 from tolstat.models.statistics import get as get_statistic
 from tolstat.measure.metrics import metric_covariates
 from tolstat.models.statistics import pair_op_statistics, rounded_statistics
-from tolstat.measure.noise import (BIAS_STATISTICS, PLAIN_SHAPE, ROW_MAXIMA, beyond_calibration, combined_score,
-                                   noise_scale, op_pass_coefficients, output_rows, statistics_of_pass)
+from tolstat.measure.noise import (PLAIN_SHAPE, beyond_calibration, combined_score, noise_scale,
+                                   op_pass_coefficients, output_rows, size_limits, statistics_of_pass)
 from tolstat.calibration.certificate import score_member
 from tolstat.calibration.table import MissingGroup, ToleranceEntry, ToleranceTable
 from tolstat.calibration.decision import entry_failed_runs, pair_is_correctly_rounded, pair_value, ratio_value
@@ -189,14 +189,14 @@ def _warn_beyond_calibration(ent: ToleranceEntry, shape: tuple[int, ...]) -> Non
     top = cert.get("n_elements_max")
     n = math.prod(shape)
     if top is not None and n > top:
-        rows, rows_max = output_rows(shape), cert.get("rows_max")
-        q = cert.get("normalisers", {}) if ent.operator else {}
+        rows = output_rows(shape)
+        rows_max, n_max = size_limits(cert) if ent.operator else (None, None)
         carried = ""
-        if rows_max is not None and rows > rows_max and any(k in ROW_MAXIMA for k in q):
+        if rows_max is not None and rows > rows_max:
             carried = (f"; its row invariants and row bias are carried from the {rows_max:,} rows calibrated to its "
                        f"{rows:,} (model-based: independent, normal row sums)")
-        if any(k in BIAS_STATISTICS for k in q):
-            carried += f"; its whole-output bias is read at the calibrated size ({top:,} elements)"
+        if n_max is not None:
+            carried += f"; its whole-output bias is read at the calibrated size ({n_max:,} elements)"
         warnings.warn(CalibrationRangeWarning(
             f"table group ({ent.op}, {ent.dtype}, {ent.hardware}): this output has {n:,} elements, "
             f"{n / max(top, 1):.3g}x the largest calibration run ({top:,}){carried}; the false-positive promise "
@@ -502,11 +502,9 @@ class _OpConstants:
         self.rowwise = bool(cert.get("rowwise", False))
         self.thresholds = {"op_score": thr, **{k: thr * v for k, v in self.q.items()}}
         self.methods = dict.fromkeys(self.thresholds, ent.statistics["op_score"].method)
-        # the most rows and elements of a calibration run where the score holds row maxima or
-        # the whole-output bias (tables written before they were recorded: None, nothing carried)
-        rows_max = cert.get("rows_max") if any(k in ROW_MAXIMA for k in self.q) else None
-        n_max = cert.get("n_elements_max") if any(k in BIAS_STATISTICS for k in self.q) else None
-        self.beyond = None if rows_max is None and n_max is None else (rows_max, n_max)
+        # the calibrated size the score reads beyond (tables that do not record it: nothing carried)
+        limits = size_limits(cert)
+        self.beyond = None if limits == (None, None) else limits
 
 
 _OP_CONSTANTS: dict[int, tuple[ToleranceEntry, _OpConstants]] = {}

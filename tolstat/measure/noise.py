@@ -88,6 +88,7 @@ __all__ = [
     "ROW_MAXIMA",
     "ROW_TAIL",
     "beyond_calibration",
+    "size_limits",
     "output_rows",
     "row_extrapolation",
     "extrapolated_rows",
@@ -717,6 +718,17 @@ def extrapolated_rows(stats: Mapping[str, Any], factor: Any) -> dict[str, Any]:
 #: the whole-output bias statistics (``|mean z| sqrt(n)``, both noise shapes), which
 #: :func:`beyond_calibration` reads at the calibrated size
 BIAS_STATISTICS = frozenset(n + sfx for n in ("op_bias", "op_sbias") for sfx in ("", MID_SUFFIX))
+
+
+def size_limits(certificate: Mapping[str, Any]) -> tuple[int | None, int | None]:
+    """``(rows_max, n_max)`` of an operator-form certificate as :func:`beyond_calibration`
+    reads them: its ``rows_max`` where its score holds a row maximum (:data:`ROW_MAXIMA`),
+    its ``n_elements_max`` where it holds the whole-output bias (:data:`BIAS_STATISTICS`);
+    None where it holds neither or the table does not record it."""
+    q = certificate.get("normalisers") or {}
+    rows_max = certificate.get("rows_max") if any(k in ROW_MAXIMA for k in q) else None
+    n_max = certificate.get("n_elements_max") if any(k in BIAS_STATISTICS for k in q) else None
+    return rows_max, n_max
 
 
 def beyond_calibration(stats: Mapping[str, Any], *, rows: Any, rows_max: float | None, n: Any,

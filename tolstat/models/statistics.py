@@ -40,8 +40,8 @@ import numpy as np
 
 from tolstat._base.dtypes import target_dtype
 from tolstat.measure.metrics import ErrorMetrics
-from tolstat.measure.noise import (BIAS_STATISTICS, MID_SUFFIX, ROW_MAXIMA, beyond_calibration, combined_score,
-                                   output_rows, record_statistics)
+from tolstat.measure.noise import (MID_SUFFIX, beyond_calibration, combined_score, output_rows, record_statistics,
+                                   size_limits)
 
 __all__ = [
     "Statistic",
@@ -301,8 +301,9 @@ def _op_score_from_dataset(ds: Any, model: Any = None) -> RunScores:
     stats = dataset_op_statistics(ds, list(q))
     # runs larger than every calibration run: their row maxima and whole-output bias
     # carried as a check carries them (tolstat.measure.noise.beyond_calibration)
-    rows_max = cert.get("rows_max") if "shape" in ds and any(k in ROW_MAXIMA for k in q) else None
-    n_max = cert.get("n_elements_max") if "n_elements" in ds and any(k in BIAS_STATISTICS for k in q) else None
+    rows_max, n_max = size_limits(cert)
+    rows_max = rows_max if "shape" in ds else None
+    n_max = n_max if "n_elements" in ds else None
     if ds.sizes["run"] and (rows_max is not None or n_max is not None):
         stats = beyond_calibration(stats, rows=dataset_rows(ds) if rows_max is not None else 1, rows_max=rows_max,
                                    n=np.asarray(ds["n_elements"].values) if n_max is not None else 1, n_max=n_max)
