@@ -623,3 +623,21 @@ def test_combined_score_of_one_pair_equals_the_array_definition():
         assert s.shape == () and s.dtype == np.float64
         assert float(s) == float(sa[0]) or (math.isnan(s) and math.isnan(sa[0]))
         assert str(which) == wa[0], vals
+
+
+def test_score_of_pair_is_the_scalar_path_of_combined_score():
+    """The loop a check runs with its entry's normalisers (tolstat.measure.noise.score_of_pair)
+    gives combined_score's score and name: NaN skipped, the first maximum, inf wins, NaN and
+    "" when no statistic applies."""
+    from tolstat.measure.noise import combined_score, score_of_pair
+
+    q = {"a": 0.5, "b": 2.0, "c": 1.0}
+    rng = np.random.default_rng(3)
+    cases = [[1.0, 4.0, 2.0], [1.0, np.nan, 0.25], [np.nan] * 3, [0.5, np.inf, 3.0], [1.0, 4.0, 0.5], [0.0] * 3]
+    cases += [list(np.where(rng.random(3) < 0.2, np.nan, rng.exponential(size=3))) for _ in range(200)]
+    for vals in cases:
+        stats = dict(zip(q, (float(v) for v in vals)))
+        s, which = combined_score(stats, q, which=True)
+        s1, which1 = score_of_pair(stats, tuple(q), tuple(q.values()))
+        assert (float(s) == s1) or (math.isnan(s) and math.isnan(s1)), vals
+        assert str(which) == which1, vals

@@ -25,7 +25,7 @@ from tolstat.measure.metrics import ErrorMetrics, as_array, error_metrics, ulp_d
 from tolstat.models.statistics import get as get_statistic
 from tolstat.measure.metrics import metric_covariates
 from tolstat.models.statistics import pair_op_statistics, rounded_statistics
-from tolstat.measure.noise import (PLAIN_SHAPE, beyond_calibration, combined_score, noise_scale,
+from tolstat.measure.noise import (PLAIN_SHAPE, beyond_calibration, combined_score, noise_scale, score_of_pair,
                                    op_pass_coefficients, output_rows, size_limits, statistics_of_pass)
 from tolstat.calibration.certificate import score_member
 from tolstat.calibration.table import MissingGroup, ToleranceEntry, ToleranceTable
@@ -474,8 +474,12 @@ def _operator_result(m: Any, actual: Any, expected: Any, ent: ToleranceEntry, ma
         rows, n = output_rows(shape), math.prod(shape)
         if (c.beyond[0] is not None and rows > c.beyond[0]) or (c.beyond[1] is not None and n > c.beyond[1]):
             stats = beyond_calibration(stats, rows=rows, rows_max=c.beyond[0], n=n, n_max=c.beyond[1])
-    s, which = combined_score(stats, c.q, which=True)
-    s, which = float(s), str(which.item() if isinstance(which, np.ndarray) else which)
+    try:  # combined_score's loop for one pair, with the entry's normalisers worked out once
+        s, which = score_of_pair(stats, c.score_keys, c.score_qs)
+        s = float(s)
+    except (KeyError, TypeError, ValueError):  # a statistic missing, or normalisers it refuses: its error
+        s, which = combined_score(stats, c.q, which=True)
+        s, which = float(s), str(which.item() if isinstance(which, np.ndarray) else which)
     values = {"op_score": s, **{k: float(stats[k]) for k in c.q}}
     note = ("no probability quoted: the threshold is an order statistic of the combined score"
             + (f"; {which} trips first" if which else ""))
@@ -488,12 +492,18 @@ def _operator_result(m: Any, actual: Any, expected: Any, ent: ToleranceEntry, ma
 class _OpConstants:
     """What every operator-form check of one table entry reads, worked out once (:func:`_op_constants`)."""
 
-    __slots__ = ("td", "q", "threshold", "kq", "rowwise", "thresholds", "methods", "lean", "beyond")
+    __slots__ = ("td", "q", "threshold", "kq", "rowwise", "thresholds", "methods", "lean", "beyond", "score_keys",
+                 "score_qs")
 
     def __init__(self, ent: ToleranceEntry) -> None:
         cert = ent.certificate or {}
         self.td = target_dtype(ent.dtype)
         self.q = dict(cert["normalisers"])
+        # the normalisers as combined_score reads them for one pair, where it accepts them (else
+        # every check calls combined_score, which raises its error)
+        keys, qs = tuple(self.q), tuple(float(v) for v in self.q.values())
+        ok = bool(keys) and all(math.isfinite(v) and v > 0 for v in qs)
+        self.score_keys, self.score_qs = (keys, qs) if ok else (None, None)
         # the check's pass computes the statistics of the combined score only
         # (:func:`tolstat.measure.fused.op_check_statistics`); a table naming another takes the full pass
         self.lean = all(score_member(k, ent.op) for k in self.q)

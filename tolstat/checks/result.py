@@ -148,18 +148,27 @@ class CheckResult:
                 where["atol"], where["rtol"] = entry.allclose(covariates)
             except (ValueError, KeyError):
                 where["atol"], where["rtol"] = math.nan, math.nan
-        out = cls(passed=bool(passed), op=entry.op, dtype=entry.dtype, hardware=entry.hardware,
-                  fallback=entry.fallback, statistics=values, thresholds=thresholds,
-                  ratios={},
-                  probabilities=dict(probabilities), notes=dict(notes), failed=failed,
-                  fp_budget=entry.fp_budget, confidence=entry.confidence, methods=methods,
-                  n_calibration=entry.n, guarantee=str((entry.certificate or {}).get("guarantee", "")),
-                  **where)
-        state = out.__dict__
-        del state["ratios"]  # made on first use from the values and thresholds (not needed for the verdict)
-        if lazy:
-            del state["probabilities"], state["notes"]
+        state = dict(passed=bool(passed), op=entry.op, dtype=entry.dtype, hardware=entry.hardware,
+                     fallback=entry.fallback, statistics=values, thresholds=thresholds, failed=failed,
+                     fp_budget=entry.fp_budget, confidence=entry.confidence, methods=methods,
+                     n_calibration=entry.n, guarantee=str((entry.certificate or {}).get("guarantee", "")),
+                     correctly_rounded=False)
+        # ``where``: the worst element and the counts, the fields :meth:`__init__` would take
+        if not where.keys() <= _WHERE_FIELDS:
+            raise TypeError(f"of_entry() got unexpected fields {sorted(where.keys() - _WHERE_FIELDS)}")
+        if not _WHERE_REQUIRED <= where.keys():
+            raise TypeError(f"of_entry() is missing the fields {sorted(_WHERE_REQUIRED - where.keys())}")
+        state.update(where)
+        if not lazy:
+            state["probabilities"], state["notes"] = dict(probabilities), dict(notes)
+        else:
             state["_lazy"] = (values, {k: entry.statistics[k] for k in values})
+        # the frozen dataclass's fields set directly (what its __init__ does one
+        # object.__setattr__ at a time, a tenth of a small check's time); ``ratios`` is made
+        # on first use from the values and thresholds (not needed for the verdict), and
+        # ``probabilities`` and ``notes`` too where they were not given
+        out = object.__new__(cls)
+        out.__dict__.update(state)
         return out
 
     def __getattr__(self, name: str) -> Any:
@@ -185,6 +194,13 @@ class CheckResult:
         state["notes"] = {k: e.note for k, e in found.items()}
         state["probabilities"] = {k: e.probability for k, e in found.items()}
         return state[name]
+
+
+#: the fields of :class:`CheckResult` that :meth:`CheckResult.of_entry` takes from ``where``
+#: (the worst element and the counts; ``correctly_rounded`` defaults to False)
+_WHERE_REQUIRED = frozenset({"worst_index", "worst_actual", "worst_expected", "worst_error", "worst_allowed",
+                             "n_elements", "n_exceeding", "n_nonfinite", "atol", "rtol"})
+_WHERE_FIELDS = _WHERE_REQUIRED | {"correctly_rounded"}
 
 
 def _describe(name: str) -> str:

@@ -484,16 +484,17 @@ def statistics_of_pass(res: Any, actual: np.ndarray, expected: np.ndarray, magni
     invariants (:func:`tolstat.measure.invariants.invariant_values`) are computed here."""
     st, bad = res.stats, res.bad
     a, e = actual, expected
-    names = statistic_names(op)
     inv = invariants(op)
+    names_of = _suffixed_names(tuple(inv))
     n = a.size
     out: dict[str, float] = {}
     scales = None  # the invariants' scales of both shapes, made when a shape first needs them
     fused = _fused_invariants(a, e, magnitude, inv, dtype=dtype, K=K, acc_dtype=acc_dtype, row_axis=row_axis,
                               op=op) if inv and not (bad[0] and bad[1]) else None
-    for j, suffix in ((0, ""), (1, MID_SUFFIX)):
+    for j in (0, 1):
+        names = names_of[j]  # (name, its name under this shape)
         if bad[j]:
-            out.update({nm + suffix: math.inf for nm in names})
+            out.update({nm: math.inf for _, nm in names})
             continue
         mx, s2, sa, sz, cnt, rms_max, rms_sum, bias_max, ssz = st[j].tolist()  # Python floats
         vals = {"op_max": mx, "op_rms": math.sqrt(s2 / n), "op_mean": sa / n,
@@ -511,8 +512,16 @@ def statistics_of_pass(res: Any, actual: np.ndarray, expected: np.ndarray, magni
                 scales = _invariant_scales(a, e, magnitude, dtype=dtype, K=K, acc_dtype=acc_dtype)
             a64, s, finite = scales[j]
             vals.update(invariant_values(a64, e, s, finite, row_axis, inv, op))
-        out.update({nm + suffix: vals[nm] for nm in names})
+        out.update({nm: vals[k] for k, nm in names})
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def _suffixed_names(inv_names: tuple[str, ...]) -> tuple[tuple[tuple[str, str], ...], ...]:
+    """Per noise shape (plain, intermediate-store), the pairs ``(name, name with the shape's
+    suffix)`` of :func:`statistic_names` for an op with the invariants ``inv_names``."""
+    names = list(STATISTICS) + [f"inv_{k}" for k in inv_names]
+    return tuple(tuple((nm, nm + suffix) for nm in names) for suffix in ("", MID_SUFFIX))
 
 
 @functools.lru_cache(maxsize=1)
@@ -526,6 +535,30 @@ def _fused_invariant_kinds() -> dict[Any, Any]:
             I_._inv_row_mean: K_.W_DIFF, I_._inv_row_scale_centred: K_.W_REF_CENTRED, I_._inv_row_scale: K_.W_REF}
 
 
+def _invariant_layout(inv: Mapping[str, Any]) -> tuple[list[str], list[tuple[str, Any]]] | None:
+    """How :func:`_fused_invariants` computes ``inv``: the masked-zero counts and the
+    projections with their kernel weight (one pass per projection; the first also counts
+    the zeros, an op with the count alone runs one pass for it); None where an invariant
+    has no kernel. Cached by the invariant functions (a suite checks few ops)."""
+    key = tuple(inv.items())
+    got = _LAYOUTS.get(key)
+    if got is None:
+        kinds = _fused_invariant_kinds()
+        if not all(fn in kinds for fn in inv.values()):
+            got = None
+        else:
+            zeros = [name for name, fn in inv.items() if kinds[fn] is None]
+            projections = [(name, kinds[fn]) for name, fn in inv.items() if kinds[fn] is not None]
+            got = (zeros, projections)
+        if len(_LAYOUTS) > 256:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = got
+    return got
+
+
+_LAYOUTS: dict[tuple[tuple[str, Any], ...], Any] = {}
+
+
 def _fused_invariants(actual: np.ndarray, expected: np.ndarray, magnitude: Any, inv: Mapping[str, Any], *,
                       dtype: Any, K: float, acc_dtype: Any, row_axis: int,
                       op: str | None) -> tuple[dict[str, float], dict[str, float]] | None:
@@ -536,8 +569,8 @@ def _fused_invariants(actual: np.ndarray, expected: np.ndarray, magnitude: Any, 
     by the user, a magnitude that does not have the output's shape, noise shapes that
     differ otherwise than by the intermediate-store term). The same values up to the
     rounding of the row sums (reassociated here, pairwise in numpy)."""
-    kinds = _fused_invariant_kinds()
-    if not all(fn in kinds for fn in inv.values()):
+    layout = _invariant_layout(inv)
+    if layout is None:
         return None
     from tolstat.measure import invariant_kernels as K_
     from tolstat.measure.fused import decode16_params
@@ -565,31 +598,35 @@ def _fused_invariants(actual: np.ndarray, expected: np.ndarray, magnitude: Any, 
         af = af.view(np.uint16)
     mf = ef if m is None else rows_last(m if m.shape == e.shape else np.broadcast_to(m, e.shape))
     rowlen = int(a.shape[row_axis]) if a.ndim else 1
+    zeros, projections = layout
     values: dict[str, list[float]] = {}
-    zeros = [name for name, fn in inv.items() if kinds[fn] is None]
-    projections = [name for name, fn in inv.items() if kinds[fn] is not None]
     coefs = (plain, mid)
-    # one pass per projection; the first also counts the masked zeros (an op with the count
-    # alone runs one pass for it)
-    for name in projections or zeros[:1]:
+    count = bool(zeros)
+    for name, kind in projections or [(zeros[0], None)]:
         got = np.zeros(4)
         if ef.size and rowlen:
-            kind = kinds[inv[name]]
             K_.row_projections(af, ef, mf, m is not None, coefs, rowlen, K_.W_DIFF if kind is None else kind,
-                               bool(zeros), got, d16)
+                               count, got, d16)
         g = got.tolist()
-        for z in zeros:
-            values[z] = g[2:]
-        zeros = []
-        if name in projections:
+        if count:
+            for z in zeros:
+                values[z] = g[2:]
+            count = False
+        if kind is not None:
             values[name] = g[:2]
     out: tuple[dict[str, float], dict[str, float]] = ({}, {})
     for name in inv:  # in the order of the op's invariants
-        for j, v in enumerate(values[name]):
-            if not (v >= 0):  # NaN: as invariant_values reports it
-                raise ValueError(f"invariant {name!r} of op {op!r} returned {v!r}; it must be >= 0")
-            out[j]["inv_" + name] = v
+        v0, v1 = values[name]
+        if not (v0 >= 0 and v1 >= 0):  # NaN: as invariant_values reports it
+            raise ValueError(f"invariant {name!r} of op {op!r} returned {v0 if not v0 >= 0 else v1!r}; it must be >= 0")
+        out[0]["inv_" + name] = v0
+        out[1]["inv_" + name] = v1
     return out
+
+
+#: the two noise shapes differ only by the intermediate-store term (what the one-pass kernels assume)
+_SHAPES_DIFFER_BY_MID = (MID_SHAPE.c_out == PLAIN_SHAPE.c_out and MID_SHAPE.c_acc == PLAIN_SHAPE.c_acc
+                         and not PLAIN_SHAPE.c_mid)
 
 
 def _shape_coefficients(a: np.ndarray, e: np.ndarray, magnitude: Any, *, dtype: Any, K: float,
@@ -598,13 +635,17 @@ def _shape_coefficients(a: np.ndarray, e: np.ndarray, magnitude: Any, *, dtype: 
     without one) and the plain and intermediate-store coefficients ``(A, B, C, D)``; None
     where they do not apply (the shapes differ otherwise than by the intermediate-store
     term, a magnitude that does not broadcast to ``e``'s shape, ``a`` of another shape)."""
-    m = None if magnitude is None else _f64(magnitude, "magnitude")
-    try:
-        fits = m is None or m.shape == e.shape or np.broadcast_shapes(m.shape, e.shape) == e.shape
-    except ValueError:  # noise_scale raises its own error
-        fits = False
-    same = (MID_SHAPE.c_out == PLAIN_SHAPE.c_out and MID_SHAPE.c_acc == PLAIN_SHAPE.c_acc and not PLAIN_SHAPE.c_mid)
-    if not (same and fits and a.shape == e.shape):
+    if type(magnitude) is np.ndarray and magnitude.dtype == np.float64 and magnitude.shape == e.shape:
+        m = magnitude  # the check's and the record's case: what _f64 returns for it, without its tests
+    else:
+        m = None if magnitude is None else _f64(magnitude, "magnitude")
+        try:
+            fits = m is None or m.shape == e.shape or np.broadcast_shapes(m.shape, e.shape) == e.shape
+        except ValueError:  # noise_scale raises its own error
+            fits = False
+        if not fits:
+            return None
+    if not (_SHAPES_DIFFER_BY_MID and a.shape == e.shape):
         return None
     A, B, C, D = op_pass_coefficients(target_dtype(dtype), _check_pos("K", K), acc_dtype)
     return m, (A, B, 0.0, D), (A, B, C, D)  # the plain shape has no intermediate-store term
@@ -760,6 +801,19 @@ def beyond_calibration(stats: Mapping[str, Any], *, rows: Any, rows_max: float |
 
 
 # ----------------------------------------------------------------------- combined score
+def score_of_pair(stats: Mapping[str, float], keys: Any, qs: Any) -> tuple[float, str]:
+    """:func:`combined_score` of one pair (``stats`` Python floats, ``qs`` the normalisers of
+    ``keys``, checked by the caller): ``(S, the statistic attaining it)``, ``(NaN, "")`` where
+    every statistic is NaN. The loop :func:`combined_score` runs for one pair; a check calls
+    it with its entry's normalisers worked out once."""
+    best, name = -math.inf, ""
+    for k, qk in zip(keys, qs):
+        v = stats[k] / qk
+        if v > best or (not name and v == best):  # NaN skipped; the first maximum, as argmax
+            best, name = v, k
+    return (best if name else math.nan), name
+
+
 def combined_score(stats: Any, normalisers: Any, *, which: bool = False) -> Any:
     """Combined score ``S = max_j T_j / q_j``: the one definition, used to calibrate and to check.
 
@@ -778,12 +832,8 @@ def combined_score(stats: Any, normalisers: Any, *, which: bool = False) -> Any:
     if not all(math.isfinite(v) and v > 0 for v in qs):
         raise ValueError(f"normalisers must be finite and > 0, got {dict(normalisers)}")
     if all(type(stats[k]) is float for k in keys):  # one pair (a check): the same maximum, without arrays
-        best, name = -math.inf, ""
-        for k, qk in zip(keys, qs):
-            v = stats[k] / qk
-            if v > best or (not name and v == best):  # NaN skipped; the first maximum, as argmax
-                best, name = v, k
-        s0 = np.asarray(best if name else math.nan, dtype=np.float64)  # 0-d, as the array path's
+        best, name = score_of_pair(stats, keys, qs)
+        s0 = np.asarray(best, dtype=np.float64)  # 0-d, as the array path's
         return (s0, np.asarray(name, dtype=object)) if which else s0
     q = np.array(qs)
     cols = np.broadcast_arrays(*[np.asarray(stats[k], dtype=np.float64) for k in keys])
