@@ -7,7 +7,7 @@ The operator form from the op's own arguments, the path of a kernel author's tes
 invariants of their rows; ``matmul`` with K = 64), one table
 from :func:`tolstat.from_pairs` of 300 float16 runs of 4,096 outputs with their ``inputs``
 and ``params`` (the operator statistics derived from them) and the default ``tolstat.select(ds, fp_budget=0.01)``; then, at
-1e3, 1e5 and 1e7 output elements, the minimum time per call of
+1e3, 1e5, 1e6 (the size of the speed goal) and 1e7 output elements, the minimum time per call of
 
 * ``check(out, ref, op=..., inputs=..., params=..., table=...)``, the user's call;
 * ``check`` with ``CheckOptions(magnitude=)`` and the covariate ``K`` given (both computed
@@ -43,7 +43,7 @@ from tolstat._base.util import atomic_write_text
 ROOT = Path(__file__).resolve().parents[1]
 
 RESULTS = ROOT / "benchmarks" / "results"
-SIZES = (1_000, 100_000, 10_000_000)
+SIZES = (1_000, 100_000, 1_000_000, 10_000_000)
 K = 64
 
 
@@ -162,7 +162,7 @@ def measure(quick: bool = False) -> dict:
                 "numpy pass": lambda: np.abs(a.astype(np.float64) - e).max(),
                 "reference": lambda: op.reference(*x),
             }
-            repeats = {1_000: 15, 100_000: 9, 10_000_000: 3}[n]
+            repeats = {1_000: 15, 100_000: 9, 1_000_000: 7, 10_000_000: 3}[n]
             t = _min_times(fs, max(2, repeats // 3) if quick else repeats)
             row = dict(op=name, n=int(a.size), passed=bool(r.passed), operator=bool(ent.operator),
                        **{f"{k} s": v for k, v in t.items()},

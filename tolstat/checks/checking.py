@@ -160,14 +160,29 @@ def _user_stacklevel() -> int:
     """The ``stacklevel`` of :func:`warnings.warn` (called by the caller of this function)
     that names the first frame outside the tolstat package: the user's ``check``,
     ``assert_close`` or plugin call, whichever tolstat functions lie between."""
-    import os
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     frame, level = sys._getframe(2), 2  # the function that warns is level 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(root + os.sep):
+    while frame is not None and _in_package(frame.f_code):
         frame, level = frame.f_back, level + 1
     return level
+
+
+#: code object -> whether its file lies in the tolstat package (a check that warns walks
+#: the same few frames every time)
+_IN_PACKAGE: dict[Any, bool] = {}
+
+
+def _in_package(code: Any) -> bool:
+    got = _IN_PACKAGE.get(code)
+    if got is None:
+        import os
+
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        if len(_IN_PACKAGE) > 4096:
+            _IN_PACKAGE.clear()
+        got = _IN_PACKAGE[code] = os.path.abspath(code.co_filename).startswith(root + os.sep)
+    return got
 
 
 class CalibrationRangeWarning(UserWarning):
