@@ -36,7 +36,7 @@ from tolstat.models.statistics import correctly_rounded
 from tolstat.models.statistics import get as get_statistic
 
 __all__ = ["run_values", "pair_value", "exceeds", "ratio", "ratio_value", "pair_is_correctly_rounded", "entry_run_values",
-           "entry_failed_runs"]
+           "entry_failed_runs", "size_factors", "beyond_calibrated_size", "SQRT_N_STATISTICS", "is_max_statistic"]
 
 
 def _run_correctly_rounded(ds: Any, rows: np.ndarray | None = None) -> np.ndarray:
@@ -89,13 +89,84 @@ def pair_value(m: ErrorMetrics, name: str, model: Any = None, covariates: Mappin
     return float(get_statistic(name).value(m, model, covariates, dtype))
 
 
+#: the statistics of the scale forms and ``form=None`` that, for a correct kernel whose
+#: rounding is slightly biased, grow like ``sqrt(n)`` (``sqrt(N) |mean d| / mean |d|``):
+#: :func:`beyond_calibrated_size` reads them at the calibrated size
+SQRT_N_STATISTICS = frozenset({"bias"})
+
+
+def size_factors(entry: Any, n: Any) -> tuple[Any, Any] | None:
+    """What a decision of an output (or of runs) of ``n`` elements divides by, beyond the
+    calibrated size of a scale-form or ``form=None`` entry: ``(f, g)`` with ``f`` the
+    factor of the maxima over elements (:func:`tolstat.measure.noise.maxima_extrapolation`
+    of ``n`` over the certificate's ``n_elements_max``: model-based, independent normal
+    element errors) and ``g = sqrt(n / n_elements_max)`` that of :data:`SQRT_N_STATISTICS`;
+    1 where ``n <= n_elements_max``. None where nothing is carried: every ``n`` within the
+    calibrated size, an operator-form entry (its statistics are carried by
+    :func:`tolstat.measure.noise.beyond_calibration`), or a table that does not record
+    ``n_elements_max``. ``n`` may be an array (one per run)."""
+    if getattr(entry, "operator", False):
+        return None
+    n_max = (entry.certificate or {}).get("n_elements_max")
+    if n_max is None or not float(n_max) >= 1:
+        return None
+    nn = np.asarray(n, dtype=np.float64)
+    if not np.any(nn > float(n_max)):
+        return None
+    from tolstat.measure.noise import maxima_extrapolation
+
+    f = maxima_extrapolation(nn, float(n_max), name="n_elements_max")
+    g = np.sqrt(np.maximum(nn, float(n_max)) / float(n_max))
+    return f, (g if g.ndim else float(g))
+
+
+def beyond_calibrated_size(values: Mapping[str, Any], entry: Any, n: Any) -> dict[str, Any]:
+    """The decision values of a scale-form or ``form=None`` entry for outputs of ``n``
+    elements, beyond its calibrated size as every decision reads them (``check``, both of
+    its paths, and the scoring of recorded runs, :func:`entry_run_values`).
+
+    A statistic that is the largest over the output's elements (``max_score``,
+    ``max_abs``, ``max_rel``, ``max_ulp``: kind ``max``) is larger over more elements:
+    beyond ``n_elements_max`` it is divided by :func:`size_factors`' ``f``, which carries
+    the largest of ``n_elements_max`` normal element errors to the largest of ``n``
+    (model-based). The bias (:data:`SQRT_N_STATISTICS`) is read at the calibrated size
+    (divided by ``g``). Other statistics, outputs within the calibrated size and
+    operator-form entries: as they are (0 stays 0: a correctly rounded output passes).
+    """
+    got = size_factors(entry, n)
+    if got is None:
+        return dict(values)
+    f, g = got
+    out = {}
+    for k, v in values.items():
+        if k in SQRT_N_STATISTICS:
+            out[k] = v / g
+        else:
+            out[k] = v / f if is_max_statistic(k) else v
+    return out
+
+
+def is_max_statistic(name: str) -> bool:
+    """True for a registered statistic that is the largest over an output's elements (kind ``max``)."""
+    try:
+        return get_statistic(name).kind == "max"
+    except ValueError:
+        return False
+
+
 def _entry_model(entry: Any, name: str) -> Any:
     return entry.certificate if get_statistic(name).kind == "score" else entry.scale
 
 
 def entry_run_values(ds: Any, entry: Any) -> dict[str, np.ndarray]:
-    """Decision values of every statistic of a table entry over the runs of ``ds``."""
-    return {name: run_values(ds, name, _entry_model(entry, name)) for name in entry.statistics}
+    """Decision values of every statistic of a table entry over the runs of ``ds``; runs
+    with more elements than the entry's calibration runs as :func:`beyond_calibrated_size`
+    reads them (operator-form entries: :func:`tolstat.measure.noise.beyond_calibration`,
+    in their score)."""
+    vals = {name: run_values(ds, name, _entry_model(entry, name)) for name in entry.statistics}
+    if not getattr(entry, "operator", False) and "n_elements" in ds:
+        vals = beyond_calibrated_size(vals, entry, np.asarray(ds["n_elements"].values))
+    return vals
 
 
 def entry_failed_runs(ds: Any, entry: Any) -> np.ndarray:

@@ -395,6 +395,10 @@ def _select_group(sub: xr.Dataset, key: tuple[str, ...], plan: _Plan, scale: Sca
                                     "units": {"n_runs": int(units.size), "n_units": int(x.size),
                                               "by": "declared cluster and reference fingerprint"},
                                     "guarantee": ""}
+            if "n_elements" in sub and sub.sizes["run"]:
+                # the largest output calibrated: a larger one's decision is carried
+                # (tolstat.calibration.decision.beyond_calibrated_size)
+                entry["certificate"]["n_elements_max"] = int(np.max(sub["n_elements"].values))
             cal = calibrate(x, plan.a_each, plan.g_each, plan.method, tail=tail, seed=seed,
                             label=label + f" statistic {name}")
             entry["statistics"][name] = _stat_dict(cal, plan, res.n_inexact)

@@ -29,7 +29,9 @@ from tolstat.measure.noise import (PLAIN_SHAPE, beyond_calibration, combined_sco
                                    op_pass_coefficients, output_rows, size_limits, statistics_of_pass)
 from tolstat.calibration.certificate import score_member
 from tolstat.calibration.table import MissingGroup, ToleranceEntry, ToleranceTable
-from tolstat.calibration.decision import entry_failed_runs, pair_is_correctly_rounded, pair_value, ratio_value
+from tolstat.calibration.decision import (SQRT_N_STATISTICS, beyond_calibrated_size, entry_failed_runs,
+                                         is_max_statistic, pair_is_correctly_rounded, pair_value, ratio_value,
+                                         size_factors)
 from tolstat.checks.fast import by_identity, cached_entry, cached_plan, fast_check, unravel
 from tolstat.measure.fused import op_check_statistics, op_statistics
 from tolstat.checks.options import CheckOptions, check_options
@@ -212,6 +214,13 @@ def _warn_beyond_calibration(ent: ToleranceEntry, shape: tuple[int, ...]) -> Non
                        f"{rows:,} (model-based: independent, normal row sums)")
         if n_max is not None:
             carried += f"; its whole-output bias is read at the calibrated size ({n_max:,} elements)"
+        if not ent.operator:
+            stats = list(ent.statistics)
+            if any(is_max_statistic(k) for k in stats):
+                carried += (f"; its largest error is carried from the {top:,} elements calibrated to its {n:,} "
+                            "(model-based: independent, normal element errors)")
+            if any(k in SQRT_N_STATISTICS for k in stats):
+                carried += f"; its bias is read at the calibrated size ({top:,} elements)"
         warnings.warn(CalibrationRangeWarning(
             f"table group ({ent.op}, {ent.dtype}, {ent.hardware}): this output has {n:,} elements, "
             f"{n / max(top, 1):.3g}x the largest calibration run ({top:,}){carried}; the false-positive promise "
@@ -410,17 +419,28 @@ def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceE
     for k in ent.statistics:
         if k != name:
             values[k] = pair_value(m, k, ent.scale, cov, ent.dtype)
+    # an output larger than every calibration run: its maxima carried to its size, its bias
+    # read at the calibrated size (decision.beyond_calibrated_size); the allowances with them
+    f = 1.0
+    carried = size_factors(ent, m.n_elements)
+    if carried is not None:
+        values = beyond_calibrated_size(values, ent, m.n_elements)
+        f = float(carried[0])
     thresholds = {k: ent.statistics[k].threshold for k in values}
     shape = m.shape
     idx = tuple(int(i) for i in np.unravel_index(worst, shape)) if shape else ()
     a64 = np.asarray(actual, dtype=np.float64).ravel()
     e64 = np.asarray(expected, dtype=np.float64).ravel()
-    n_exc = 0 if cr else int(np.sum(elem > c))
+    n_exc = 0 if cr else int(np.sum(elem > c * f))
+    try:
+        atol, rtol = ent.allclose(cov)
+    except (ValueError, KeyError):
+        atol, rtol = math.nan, math.nan
     return CheckResult.of_entry(
-        ent, values, thresholds, covariates=cov,
+        ent, values, thresholds, atol=atol * f, rtol=rtol * f,
         worst_index=idx, worst_actual=float(a64[worst]), worst_expected=float(e64[worst]),
         worst_error=float(m.abs[worst]),
-        worst_allowed=float(allowed[worst]) if allowed is not None else math.nan,
+        worst_allowed=float(allowed[worst]) * f if allowed is not None else math.nan,
         n_elements=m.n_elements, n_exceeding=n_exc, n_nonfinite=m.n_nonfinite, correctly_rounded=cr,
     )
 

@@ -91,6 +91,7 @@ __all__ = [
     "size_limits",
     "output_rows",
     "row_extrapolation",
+    "maxima_extrapolation",
     "extrapolated_rows",
 ]
 
@@ -722,32 +723,45 @@ def output_rows(shape: Any) -> int:
     return max(1, math.prod(shape) // shape[-1])
 
 
-def row_extrapolation(rows: Any, rows_max: float) -> Any:
-    """What a check of an output with ``rows`` rows divides its row maxima
-    (:data:`ROW_MAXIMA`) by, for a table whose calibration runs had at most ``rows_max``
-    rows: 1 where ``rows <= rows_max``, else ``z(p / (2 rows)) / z(p / (2 rows_max))`` with
-    ``z`` the normal upper quantile and ``p =`` :data:`ROW_TAIL`.
+def maxima_extrapolation(count: Any, count_max: float, *, name: str = "count_max") -> Any:
+    """What a statistic that is the largest of ``count`` values close to normal is divided
+    by, for a table calibrated on at most ``count_max`` of them: 1 where ``count <=
+    count_max``, else ``z(p / (2 count)) / z(p / (2 count_max))`` with ``z`` the normal
+    upper quantile and ``p =`` :data:`ROW_TAIL`.
 
-    A row invariant or the row bias is the largest over the rows of ``|t_r|``, a normalised
-    row sum that is close to normal; the largest of more rows is larger (a table calibrated
-    on 4 rows of 1,024 failed 55 % of correct softmax outputs of 256 rows,
-    ``benchmarks/size_transfer.py``).
-    For independent normal ``t_r`` the level-``p`` quantile of the largest of ``R`` is about
-    ``sigma z(p / (2R))``, so the factor carries a threshold set on ``rows_max`` rows to
-    ``rows`` rows whatever ``sigma`` is. Model-based: it assumes independent, normal row
-    sums; outputs within the calibrated rows are unchanged. ``rows`` may be an array.
+    For ``count`` independent normal values the level-``p`` quantile of the largest
+    absolute value is about ``sigma z(p / (2 count))``, so the factor carries a threshold
+    set on ``count_max`` values to ``count`` values whatever ``sigma`` is. Model-based: it
+    assumes independent, normal values (for lighter tails, a bounded rounding error, it
+    carries more than needed). ``count`` may be an array; ``name`` names ``count_max`` in
+    the error.
     """
     from scipy.special import ndtri  # the normal quantile, a ufunc
 
-    r = np.asarray(rows, dtype=np.float64)
-    rmax = float(rows_max)
+    r = np.asarray(count, dtype=np.float64)
+    rmax = float(count_max)
     if not (rmax >= 1):
-        raise ValueError(f"rows_max must be >= 1, got {rows_max!r}")
+        raise ValueError(f"{name} must be >= 1, got {count_max!r}")
     beyond = r > rmax
     if not beyond.any():
         return np.ones_like(r) if r.ndim else 1.0
     f = np.where(beyond, ndtri(ROW_TAIL / (2.0 * np.maximum(r, rmax))) / ndtri(ROW_TAIL / (2.0 * rmax)), 1.0)
     return f if r.ndim else float(f)
+
+
+def row_extrapolation(rows: Any, rows_max: float) -> Any:
+    """What a check of an output with ``rows`` rows divides its row maxima
+    (:data:`ROW_MAXIMA`) by, for a table whose calibration runs had at most ``rows_max``
+    rows: :func:`maxima_extrapolation` over rows, 1 where ``rows <= rows_max``, else
+    ``z(p / (2 rows)) / z(p / (2 rows_max))``.
+
+    A row invariant or the row bias is the largest over the rows of ``|t_r|``, a normalised
+    row sum that is close to normal; the largest of more rows is larger (a table calibrated
+    on 4 rows of 1,024 failed 55 % of correct softmax outputs of 256 rows,
+    ``benchmarks/size_transfer.py``). Model-based: it assumes independent, normal row
+    sums; outputs within the calibrated rows are unchanged. ``rows`` may be an array.
+    """
+    return maxima_extrapolation(rows, rows_max, name="rows_max")
 
 
 def extrapolated_rows(stats: Mapping[str, Any], factor: Any) -> dict[str, Any]:
