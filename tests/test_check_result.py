@@ -17,10 +17,8 @@ from tolstat.checks.result import CheckResult
 @pytest.fixture(scope="module")
 def entry():
     rng = np.random.default_rng(0)
-    pairs = []
-    for _ in range(200):
-        e = rng.standard_normal(64)
-        pairs.append(((e + 1e-3 * rng.standard_normal(64)).astype(np.float16), e))
+    refs = rng.standard_normal((200, 64))
+    pairs = [((e + 1e-3 * rng.standard_normal(64)).astype(np.float16), e) for e in refs]
     ds = tolstat.from_pairs(pairs, op="add", dtype="float16", options=tolstat.CollectOptions(progress=False))
     return tolstat.select(ds, form=None, fp_budget=0.05, statistic=["max_abs", "bias"]).entry("add", "float16")
 
