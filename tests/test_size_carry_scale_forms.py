@@ -156,3 +156,22 @@ def test_correct_outputs_sixteen_times_larger_keep_near_the_budget_with_the_carr
     # carried: near the budget rather than within it (7 of 300 here, model-based: a softmax's
     # largest outputs have a heavier tail than normal), and a small part of what it was
     assert fails <= 12 and fails <= fails0 // 4, (fails, fails0)
+
+
+def test_the_shift_report_counts_on_larger_outputs_what_check_decides():
+    """tolstat.shift's false-positive count on B is the decision values a check compares:
+    B's outputs, larger than A's calibration runs, carried to their size."""
+    rng = np.random.default_rng(13)
+    opts = tolstat.CollectOptions(progress=False)
+    a = tolstat.from_pairs([_pair(rng, 4) for _ in range(300)], op="softmax", dtype="float16", hardware="hw-a",
+                           options=opts)
+    b = tolstat.from_pairs([_pair(rng, 64) for _ in range(200)], op="softmax", dtype="float16", hardware="hw-b",
+                           options=opts)
+    res = tolstat.shift(a, b, fp_budget=0.01)
+    table = tolstat.select(a, fp_budget=0.01, form="allclose", by=("op", "dtype"), statistic="max_abs",
+                           on_error="skip")
+    assert table.entry("softmax", "float16", "*").statistics["max_score"].threshold > 0
+    failed = int((~np.asarray(check_runs(b, table), dtype=bool)).sum())
+    failed0 = int((~np.asarray(check_runs(b, _as_calibrated(table)), dtype=bool)).sum())
+    assert failed0 > failed  # the carry changes the count here
+    assert int(res.data["n_exceed_b"].values[0]) == failed

@@ -57,7 +57,7 @@ from scipy import stats
 
 from tolstat.dataset.schema import validate
 from tolstat._base.inference import clopper_pearson, holm
-from tolstat.calibration.decision import exceeds, run_values
+from tolstat.calibration.decision import beyond_calibrated_size, exceeds, run_values
 from tolstat.models.scale import ScaleModel, run_scores
 from tolstat.calibration.selection import select
 from tolstat.calibration.options import SelectOptions
@@ -348,7 +348,14 @@ def shift(
             # runs included); the false-positive count: the decision values a check compares
             ra, rb = run_scores(sa, model, "max_abs"), run_scores(sb, model, "max_abs")
             xa, ia, xb, ib = ra.scores, ra.n_inexact, rb.scores, rb.n_inexact
-            vb = run_values(sb, "max_abs" if model is None else "max_score", model)
+            name = "max_abs" if model is None else "max_score"
+            vb = run_values(sb, name, model)
+            try:  # B's outputs larger than A's: carried as a check carries them
+                ent = table.entry(op, dt, "*")
+            except KeyError:
+                ent = None
+            if ent is not None and "n_elements" in sb:
+                vb = beyond_calibrated_size({name: vb}, ent, np.asarray(sb["n_elements"].values))[name]
         except ValueError as exc:  # e.g. B lacks a covariate of A's scale model
             row.update(note=f"not scored: {exc}", n_inexact_a=0, n_inexact_b=0)
             rows.append(row)
