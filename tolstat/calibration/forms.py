@@ -187,14 +187,15 @@ def _pick_form(fit: xr.Dataset, scale: ScaleOptions, seed: int) -> tuple[str, st
     if n < 4:
         return "allclose", f"allclose: only {n} fitting runs, too few to compare forms"
     i1, i2 = split_units(n, n // 2, seed + 1)
+    half1, half2 = fit.isel(run=i1), fit.isel(run=i2)  # cut once for both forms
     spread = {}
     for form in ("allclose", "size_aware"):
         try:
-            model = scale.fit(fit.isel(run=i1), form, seed=seed)
+            model = scale.fit(half1, form, seed=seed)
         except (ValueError, np.linalg.LinAlgError) as exc:
             spread[form] = (math.inf, str(exc))
             continue
-        s = run_values(fit.isel(run=i2), "max_score", model)
+        s = run_values(half2, "max_score", model)
         s = s[np.isfinite(s) & (s > 0)]  # correctly rounded runs pass every form alike
         med = float(np.median(s)) if s.size else 0.0
         spread[form] = (float(np.quantile(s, 0.9)) / med if med > 0 else math.inf, "")
