@@ -19,7 +19,11 @@ element the reference rounded to nearest in the output format,
 threshold. The rule is a property of the whole run, so it is computed exactly from an
 error dataset (``max_ulp``) and from a pair (``max(ulp)``) alike:
 ``tests/test_decision.py`` checks that ``check`` compares, for every calibration run, the
-very number the calibration certified.
+very number the calibration certified. Against a table entry, an output with more
+elements than every calibration run of its group has its decision carried to its size
+(:func:`beyond_calibrated_size`, model-based; the operator form's own rule is
+:func:`tolstat.measure.noise.beyond_calibration`), by the check and by
+:func:`entry_run_values` alike.
 
 Layer: selection (first module; imports only the dataset layer).
 """
