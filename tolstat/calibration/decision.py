@@ -40,7 +40,8 @@ from tolstat.models.statistics import correctly_rounded
 from tolstat.models.statistics import get as get_statistic
 
 __all__ = ["run_values", "pair_value", "exceeds", "ratio", "ratio_value", "pair_is_correctly_rounded", "entry_run_values",
-           "entry_failed_runs", "size_factors", "beyond_calibrated_size", "SQRT_N_STATISTICS", "is_max_statistic"]
+           "entry_failed_runs", "size_factors", "carried_values", "beyond_calibrated_size", "SQRT_N_STATISTICS",
+           "is_max_statistic"]
 
 
 def _run_correctly_rounded(ds: Any, rows: np.ndarray | None = None) -> np.ndarray:
@@ -104,9 +105,10 @@ def size_factors(entry: Any, n: Any) -> tuple[Any, Any] | None:
     calibrated size of a scale-form or ``form=None`` entry: ``(f, g)`` with ``f`` the
     factor of the maxima over elements (:func:`tolstat.measure.noise.maxima_extrapolation`
     of ``n`` over the certificate's ``n_elements_max``: model-based, independent normal
-    element errors) and ``g = sqrt(n / n_elements_max)`` that of :data:`SQRT_N_STATISTICS`;
-    1 where ``n <= n_elements_max``. None where nothing is carried: every ``n`` within the
-    calibrated size, an operator-form entry (its statistics are carried by
+    element errors) and ``g = sqrt(n / n_elements_max)`` that of :data:`SQRT_N_STATISTICS`
+    (:func:`tolstat.measure.noise.bias_extrapolation`); 1 where ``n <= n_elements_max``.
+    None where nothing is carried: every ``n`` within the calibrated size, an
+    operator-form entry (its statistics are carried by
     :func:`tolstat.measure.noise.beyond_calibration`), or a table that does not record
     ``n_elements_max``. ``n`` may be an array (one per run)."""
     if getattr(entry, "operator", False):
@@ -114,14 +116,30 @@ def size_factors(entry: Any, n: Any) -> tuple[Any, Any] | None:
     n_max = (entry.certificate or {}).get("n_elements_max")
     if n_max is None or not float(n_max) >= 1:
         return None
-    nn = np.asarray(n, dtype=np.float64)
-    if not np.any(nn > float(n_max)):
+    if isinstance(n, (int, float, np.integer, np.floating)):
+        if not float(n) > float(n_max):  # one check within the calibrated size: its common case
+            return None
+    elif not np.any(np.asarray(n, dtype=np.float64) > float(n_max)):
         return None
-    from tolstat.measure.noise import maxima_extrapolation
+    from tolstat.measure.noise import bias_extrapolation, maxima_extrapolation
 
-    f = maxima_extrapolation(nn, float(n_max), name="n_elements_max")
-    g = np.sqrt(np.maximum(nn, float(n_max)) / float(n_max))
-    return f, (g if g.ndim else float(g))
+    return (maxima_extrapolation(n, float(n_max), name="n_elements_max"), bias_extrapolation(n, float(n_max)))
+
+
+def carried_values(values: Mapping[str, Any], factors: tuple[Any, Any] | None) -> dict[str, Any]:
+    """``values`` divided by :func:`size_factors`' ``factors``: the statistics of kind
+    ``max`` by ``f``, :data:`SQRT_N_STATISTICS` by ``g``, the others as they are (``None``:
+    every value as it is)."""
+    if factors is None:
+        return dict(values)
+    f, g = factors
+    out = {}
+    for k, v in values.items():
+        if k in SQRT_N_STATISTICS:
+            out[k] = v / g
+        else:
+            out[k] = v / f if is_max_statistic(k) else v
+    return out
 
 
 def beyond_calibrated_size(values: Mapping[str, Any], entry: Any, n: Any) -> dict[str, Any]:
@@ -137,17 +155,7 @@ def beyond_calibrated_size(values: Mapping[str, Any], entry: Any, n: Any) -> dic
     (divided by ``g``). Other statistics, outputs within the calibrated size and
     operator-form entries: as they are (0 stays 0: a correctly rounded output passes).
     """
-    got = size_factors(entry, n)
-    if got is None:
-        return dict(values)
-    f, g = got
-    out = {}
-    for k, v in values.items():
-        if k in SQRT_N_STATISTICS:
-            out[k] = v / g
-        else:
-            out[k] = v / f if is_max_statistic(k) else v
-    return out
+    return carried_values(values, size_factors(entry, n))
 
 
 def is_max_statistic(name: str) -> bool:

@@ -29,7 +29,7 @@ from tolstat.measure.noise import (PLAIN_SHAPE, beyond_calibration, combined_sco
                                    op_pass_coefficients, output_rows, size_limits, statistics_of_pass)
 from tolstat.calibration.certificate import score_member
 from tolstat.calibration.table import MissingGroup, ToleranceEntry, ToleranceTable
-from tolstat.calibration.decision import (SQRT_N_STATISTICS, beyond_calibrated_size, entry_failed_runs,
+from tolstat.calibration.decision import (SQRT_N_STATISTICS, carried_values, entry_failed_runs,
                                          is_max_statistic, pair_is_correctly_rounded, pair_value, ratio_value,
                                          size_factors)
 from tolstat.checks.fast import by_identity, cached_entry, cached_plan, fast_check, unravel
@@ -201,31 +201,47 @@ def _warn_beyond_calibration(ent: ToleranceEntry, shape: tuple[int, ...]) -> Non
     """A :class:`CalibrationRangeWarning` when an output of ``shape`` has more elements than
     the largest calibration run of ``ent``'s group (tables that do not record it: nothing);
     it says what of the decision is carried beyond the calibrated size
-    (:func:`tolstat.measure.noise.beyond_calibration`)."""
+    (:func:`tolstat.measure.noise.beyond_calibration`,
+    :func:`tolstat.calibration.decision.beyond_calibrated_size`)."""
+    top = (ent.certificate or {}).get("n_elements_max")
+    if top is None or math.prod(shape) <= top:
+        return
+    texts = by_identity(_RANGE_TEXTS, ent, lambda _: {})  # the text per shape, made once
+    text = texts.get(shape)
+    if text is None:
+        if len(texts) > 64:
+            texts.clear()
+        text = texts[shape] = _range_text(ent, shape, top)
+    warnings.warn(CalibrationRangeWarning(text), stacklevel=_user_stacklevel())
+
+
+#: per table entry (by identity), the warning text of each shape checked beyond its calibrated size
+_RANGE_TEXTS: dict[int, tuple[ToleranceEntry, dict[tuple[int, ...], str]]] = {}
+
+
+def _range_text(ent: ToleranceEntry, shape: tuple[int, ...], top: int) -> str:
+    """The :class:`CalibrationRangeWarning` text of an output of ``shape`` (more elements than ``top``)."""
     cert = ent.certificate or {}
-    top = cert.get("n_elements_max")
     n = math.prod(shape)
-    if top is not None and n > top:
-        rows = output_rows(shape)
-        rows_max, n_max = size_limits(cert) if ent.operator else (None, None)
-        carried = ""
-        if rows_max is not None and rows > rows_max:
-            carried = (f"; its row invariants and row bias are carried from the {rows_max:,} rows calibrated to its "
-                       f"{rows:,} (model-based: independent, normal row sums)")
-        if n_max is not None:
-            carried += f"; its whole-output bias is read at the calibrated size ({n_max:,} elements)"
-        if not ent.operator:
-            stats = list(ent.statistics)
-            if any(is_max_statistic(k) for k in stats):
-                carried += (f"; its largest error is carried from the {top:,} elements calibrated to its {n:,} "
-                            "(model-based: independent, normal element errors)")
-            if any(k in SQRT_N_STATISTICS for k in stats):
-                carried += f"; its bias is read at the calibrated size ({top:,} elements)"
-        warnings.warn(CalibrationRangeWarning(
-            f"table group ({ent.op}, {ent.dtype}, {ent.hardware}): this output has {n:,} elements, "
+    rows = output_rows(shape)
+    rows_max, n_max = size_limits(cert) if ent.operator else (None, None)
+    carried = ""
+    if rows_max is not None and rows > rows_max:
+        carried = (f"; its row invariants and row bias are carried from the {rows_max:,} rows calibrated to its "
+                   f"{rows:,} (model-based: independent, normal row sums)")
+    if n_max is not None:
+        carried += f"; its whole-output bias is read at the calibrated size ({n_max:,} elements)"
+    if not ent.operator:
+        stats = list(ent.statistics)
+        if any(is_max_statistic(k) for k in stats):
+            carried += (f"; its largest error is carried from the {top:,} elements calibrated to its {n:,} "
+                        "(model-based: independent, normal element errors)")
+        if any(k in SQRT_N_STATISTICS for k in stats):
+            carried += f"; its bias is read at the calibrated size ({top:,} elements)"
+    return (f"table group ({ent.op}, {ent.dtype}, {ent.hardware}): this output has {n:,} elements, "
             f"{n / max(top, 1):.3g}x the largest calibration run ({top:,}){carried}; the false-positive promise "
             "covers runs like the calibration runs, and maxima over more elements or rows are larger: calibrate on "
-            "outputs of this size"), stacklevel=_user_stacklevel())
+            "outputs of this size")
 
 
 #: intermediate roundings to the output format the zero-run fallback of a check allows
@@ -421,11 +437,9 @@ def check_metrics(m: ErrorMetrics, actual: Any, expected: Any, entry: ToleranceE
             values[k] = pair_value(m, k, ent.scale, cov, ent.dtype)
     # an output larger than every calibration run: its maxima carried to its size, its bias
     # read at the calibrated size (decision.beyond_calibrated_size); the allowances with them
-    f = 1.0
-    carried = size_factors(ent, m.n_elements)
-    if carried is not None:
-        values = beyond_calibrated_size(values, ent, m.n_elements)
-        f = float(carried[0])
+    factors = size_factors(ent, m.n_elements)
+    values = carried_values(values, factors)
+    f = 1.0 if factors is None else float(factors[0])
     thresholds = {k: ent.statistics[k].threshold for k in values}
     shape = m.shape
     idx = tuple(int(i) for i in np.unravel_index(worst, shape)) if shape else ()

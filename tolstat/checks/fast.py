@@ -41,7 +41,7 @@ from tolstat._base.validate import float_array
 from tolstat.measure.fused import CheckPass, check_pass, error_sums, format_layout, sum_of_squares
 from tolstat.measure.metrics import ulp_distance
 from tolstat.models.statistics import bias_score
-from tolstat.calibration.decision import beyond_calibrated_size, size_factors
+from tolstat.calibration.decision import carried_values, size_factors
 from tolstat.calibration.table import ToleranceEntry, ToleranceTable
 from tolstat.checks.result import CheckResult
 
@@ -103,14 +103,10 @@ class CheckPlan:
     """
 
     __slots__ = ("entry", "mode", "name", "threshold", "run_stats", "td", "layout", "cr_in_format", "model",
-                 "baseline", "linear", "power", "needs", "floor", "floor_eps", "_mult", "beyond")
+                 "baseline", "linear", "power", "needs", "floor", "floor_eps", "_mult")
 
     def __init__(self, entry: ToleranceEntry) -> None:
         self.entry = entry
-        # the largest calibration run's elements: a larger output's decision is carried
-        # (tolstat.calibration.decision.beyond_calibrated_size); None: nothing carried
-        n_max = (entry.certificate or {}).get("n_elements_max")
-        self.beyond: float | None = None if entry.operator or n_max is None else float(n_max)
         self.mode: str | None = None
         self.name = ""
         self.threshold = math.nan
@@ -245,8 +241,8 @@ def fast_check(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry | CheckPlan,
     crm = plan.cr_in_format if af.dtype == plan.td.np_dtype else "loose"
     # an output larger than every calibration run: its maxima carried to its size, its bias
     # read at the calibrated size (decision.beyond_calibrated_size); the allowances with them
-    carried = size_factors(plan.entry, n) if plan.beyond is not None and n > plan.beyond else None
-    f = 1.0 if carried is None else float(carried[0])
+    factors = size_factors(plan.entry, n)
+    f = 1.0 if factors is None else float(factors[0])
     res = check_pass(af, ef, mode=mode, coef=coef, threshold=c * f, cr=crm, layout=plan.layout)
     if res is None:
         return None
@@ -259,8 +255,7 @@ def fast_check(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry | CheckPlan,
             s_d, s_ad = error_sums(af, ef)
         for k in plan.run_stats:
             values[k] = 0.0 if cr else float(bias_score(s_d / n, s_ad / n, n))
-    if carried is not None:
-        values = beyond_calibrated_size(values, plan.entry, n)
+    values = carried_values(values, factors)
     thresholds = {k: plan.entry.statistics[k].threshold for k in values}
     # the (atol, rtol) form of ToleranceEntry.allclose(metric covariates): NaN where it
     # has none, or where a covariate is not finite (its validation refuses it)

@@ -92,6 +92,7 @@ __all__ = [
     "output_rows",
     "row_extrapolation",
     "maxima_extrapolation",
+    "bias_extrapolation",
     "extrapolated_rows",
 ]
 
@@ -736,17 +737,31 @@ def maxima_extrapolation(count: Any, count_max: float, *, name: str = "count_max
     carries more than needed). ``count`` may be an array; ``name`` names ``count_max`` in
     the error.
     """
-    from scipy.special import ndtri  # the normal quantile, a ufunc
-
-    r = np.asarray(count, dtype=np.float64)
     rmax = float(count_max)
     if not (rmax >= 1):
         raise ValueError(f"{name} must be >= 1, got {count_max!r}")
+    if isinstance(count, _SCALARS):  # one check: the same numbers without arrays
+        return _maxima_factor(float(count), rmax) if float(count) > rmax else 1.0
+    from scipy.special import ndtri  # the normal quantile, a ufunc
+
+    r = np.asarray(count, dtype=np.float64)
     beyond = r > rmax
     if not beyond.any():
         return np.ones_like(r) if r.ndim else 1.0
     f = np.where(beyond, ndtri(ROW_TAIL / (2.0 * np.maximum(r, rmax))) / ndtri(ROW_TAIL / (2.0 * rmax)), 1.0)
     return f if r.ndim else float(f)
+
+
+#: the numbers a single check passes as a count of elements or rows
+_SCALARS = (int, float, np.integer, np.floating)
+
+
+@functools.lru_cache(maxsize=1024)
+def _maxima_factor(count: float, count_max: float) -> float:
+    """:func:`maxima_extrapolation` of one ``count > count_max`` (a suite checks few sizes)."""
+    from scipy.special import ndtri
+
+    return float(ndtri(ROW_TAIL / (2.0 * count)) / ndtri(ROW_TAIL / (2.0 * count_max)))
 
 
 def row_extrapolation(rows: Any, rows_max: float) -> Any:
@@ -808,10 +823,20 @@ def beyond_calibration(stats: Mapping[str, Any], *, rows: Any, rows_max: float |
     if n_max is not None and float(n_max) >= 1:
         nn = np.asarray(n, dtype=np.float64)
         if np.any(nn > n_max):
-            g = np.sqrt(np.maximum(nn, float(n_max)) / float(n_max))
-            g = g if g.ndim else float(g)
+            g = bias_extrapolation(nn, n_max)
             out = {k: (v / g if k in BIAS_STATISTICS else v) for k, v in out.items()}
     return out
+
+
+def bias_extrapolation(n: Any, n_max: float) -> Any:
+    """What a bias of the form ``|mean| sqrt(n)`` over ``n`` elements is divided by to be
+    read at the calibrated size ``n_max``: ``sqrt(n / n_max)``, 1 where ``n <= n_max``
+    (the operator form's :data:`BIAS_STATISTICS` and the plain pairs' ``bias`` alike).
+    ``n`` may be an array."""
+    if isinstance(n, _SCALARS):  # one check: the same number without arrays
+        return math.sqrt(max(float(n), float(n_max)) / float(n_max))
+    nn = np.asarray(n, dtype=np.float64)
+    return np.sqrt(np.maximum(nn, float(n_max)) / float(n_max))
 
 
 # ----------------------------------------------------------------------- combined score
