@@ -312,7 +312,7 @@ def _sample_indices(metrics: ErrorMetrics, sample_size: int,
     return _assemble_sample(fit, keep, extra), int(front.size), int(fit.size)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _not_in_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # pragma: no cover - numba
     """The values of sorted ``a`` that are not in sorted ``b``, in ``a``'s order."""
     out = np.empty(a.size, dtype=np.int64)
@@ -329,7 +329,7 @@ def _not_in_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # pragma: no co
     return out[:m].copy()
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _assemble_sample(fit: np.ndarray, keep: np.ndarray, extra: np.ndarray) -> np.ndarray:  # pragma: no cover - numba
     """The element sample's indices: the fit sample, then, sorted, the kept front elements
     and the uniform draws ``extra`` from the elements in neither (draw ``j`` is the
@@ -441,7 +441,7 @@ def _front_key(r: float, buf: np.ndarray, bits: np.ndarray) -> np.int64:  # prag
     return b ^ ((b >> 63) & np.int64(0x7FFFFFFFFFFFFFFF))
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _front_kernel(d: np.ndarray, r_in: np.ndarray) -> np.ndarray:  # pragma: no cover - numba
     """Sorted indices of the Pareto front (see :func:`pareto_frontier`).
 
@@ -568,7 +568,7 @@ def _front_kernel(d: np.ndarray, r_in: np.ndarray) -> np.ndarray:  # pragma: no 
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _hull_chain(r: np.ndarray, d: np.ndarray) -> np.ndarray:  # pragma: no cover - numba
     """Monotone-chain upper hull of points sorted by r (ties: larger d first)."""
     n = r.size

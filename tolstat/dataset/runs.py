@@ -8,20 +8,21 @@ through :mod:`tolstat.ops`). Dataset layer: imports only :mod:`tolstat.measure`,
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform as _platform
 import socket
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata as _metadata
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from tolstat._base.validate import short_repr
 from tolstat.dataset.records import RunRecord, summarize_run
 from tolstat.dataset.schema import reference_fingerprint
-from tolstat.measure.metrics import as_array, error_metrics
+from tolstat.measure.metrics import as_array, error_metrics, metrics_with_ulp, ulp_distance
 
 __all__ = ["Inputs", "Hardware", "hardware_fingerprint", "derive_op_statistics", "known_op",
            "validate_op_args"]
@@ -249,8 +250,7 @@ def _record(actual: Any, expected: Any, i: int, *, op: str, dtype: str, hardware
             platform: str, seed: int, labels: Mapping[str, Any],
             covariates: Mapping[str, float], sample_size: int, rel_floor: float | None,
             allow_nan: bool, rng: np.random.Generator, magnitude: Any = None,
-            rowwise: bool = False, op_args: tuple[Sequence[Any], Mapping[str, Any] | None] | None = None
-            ) -> RunRecord:
+            rowwise: bool = False, op_args: tuple[Sequence[Any], Mapping[str, Any] | None] | None = None) -> RunRecord:
     """One run's record; ``op_args`` ``(inputs, params)``: the operator statistics come from
     :func:`derive_op_statistics` (``magnitude`` must then be None)."""
     source = "ops" if op_args is not None else ("ref" if isinstance(magnitude, str) else "given")
@@ -262,30 +262,102 @@ def _record(actual: Any, expected: Any, i: int, *, op: str, dtype: str, hardware
                                                                       reference=expected)
             except (ValueError, TypeError) as exc:
                 raise type(exc)(f"{exc} ({_DERIVE_HINT.format(op=op)})") from exc
-        # the operator statistics first, and their magnitude dropped, so that their
-        # temporaries and the metrics' arrays are never held at once: a run's peak memory
-        # is what the allocator takes back from the system and faults in again on the
-        # next run (a third of a large run's record time)
-        try:
-            op_stats = _op_stats(actual, expected, magnitude, dtype=dtype, op=op,
-                                 covariates=covariates, rowwise=rowwise)
-        except (ValueError, TypeError, KeyError):
-            # a pair the metrics refuse (shapes, dtypes, a NaN reference) is reported as the metrics report it
-            error_metrics(actual, expected, dtype=dtype, rel_floor=rel_floor, allow_nan=allow_nan)
-            raise
-        del magnitude
-        m = error_metrics(actual, expected, dtype=dtype, rel_floor=rel_floor, allow_nan=allow_nan)
+        side = _side_worker(expected)
+        if side is not None:
+            # a mid-sized run: its ULP distances, operator statistics and reference
+            # fingerprint on a second core while this one computes the other metrics and
+            # the record (the same functions of the same arrays: the same values)
+            parts = (side.submit(ulp_distance, actual, expected, dtype),
+                     side.submit(_side_work, actual, expected, magnitude, dtype=dtype, op=op,
+                                 covariates=covariates, rowwise=rowwise))
+            del magnitude
+            with _settled_on_error(parts):
+                m = metrics_with_ulp(actual, expected, dtype=dtype, rel_floor=rel_floor, allow_nan=allow_nan,
+                                     ulp=parts[0].result)
+        else:
+            parts = ()
+            # the operator statistics first, and their magnitude dropped, so that their
+            # temporaries and the metrics' arrays are never held at once: a run's peak memory
+            # is what the allocator takes back from the system and faults in again on the
+            # next run (a third of a large run's record time)
+            try:
+                op_stats = _op_stats(actual, expected, magnitude, dtype=dtype, op=op,
+                                     covariates=covariates, rowwise=rowwise)
+            except (ValueError, TypeError, KeyError):
+                # a pair the metrics refuse (shapes, dtypes, a NaN reference) is reported as the metrics report it
+                error_metrics(actual, expected, dtype=dtype, rel_floor=rel_floor, allow_nan=allow_nan)
+                raise
+            del magnitude
+            m = error_metrics(actual, expected, dtype=dtype, rel_floor=rel_floor, allow_nan=allow_nan)
     except (ValueError, TypeError, KeyError) as exc:
         raise _with_run(exc, i) from exc
-    rec = summarize_run(m, op=op, hardware=hardware, platform=platform, seed=seed,
-                        run_index=i, labels=labels, covariates=covariates,
-                        sample_size=sample_size, rng=rng)
+    with _settled_on_error(parts):
+        rec = summarize_run(m, op=op, hardware=hardware, platform=platform, seed=seed,
+                            run_index=i, labels=labels, covariates=covariates,
+                            sample_size=sample_size, rng=rng)
     del m  # the record holds copies of its samples: the metrics' arrays are freed before the fingerprint
+    if parts:
+        try:
+            op_stats, fingerprint = parts[1].result()  # an error of the operator statistics is raised here
+        except (ValueError, TypeError, KeyError) as exc:
+            raise _with_run(exc, i) from exc
+    else:
+        fingerprint = reference_fingerprint(as_array(expected, name="expected"))
     rec.op_stats = op_stats
     rec.op_rowwise = bool(rowwise) if op_stats else None
     rec.op_magnitude = source if op_stats else None
-    rec.ref_fingerprint = reference_fingerprint(as_array(expected, name="expected"))
+    rec.ref_fingerprint = fingerprint
     return rec
+
+
+#: the run sizes (elements) whose ULP distances, operator statistics and fingerprint are
+#: computed on a second core (:func:`_side_worker`): below, handing them over costs about
+#: what it saves; above, the metrics' arrays and the statistics' temporaries held at once
+#: would raise a large run's peak memory (see :func:`_record`)
+SIDE_WORK_SIZES = (1 << 14, 1 << 20)
+#: (process id, executor or None) of :func:`_side_worker`: a forked child makes its own
+_SIDE: dict[str, Any] = {}
+
+
+def _side_worker(expected: Any) -> Any:
+    """The one-thread executor of :func:`_record`'s side work for a run of ``expected``'s
+    size, or None: a run outside :data:`SIDE_WORK_SIZES`, or a process with one core."""
+    size = getattr(expected, "size", None)
+    if callable(size):  # a torch tensor's size() is its shape
+        size = expected.numel() if hasattr(expected, "numel") else None
+    if not isinstance(size, (int, np.integer)) or not SIDE_WORK_SIZES[0] <= size <= SIDE_WORK_SIZES[1]:
+        return None
+    if _SIDE.get("pid") != os.getpid():  # first use, or a forked child (the parent's thread is not there)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        executor = None
+        if cores >= 2:
+            from concurrent.futures import ThreadPoolExecutor
+
+            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tolstat-record")
+        _SIDE.update(pid=os.getpid(), executor=executor)
+    return _SIDE["executor"]
+
+
+@contextlib.contextmanager
+def _settled_on_error(parts: Sequence[Any]) -> Iterator[None]:
+    """Where the block raises, no work of ``parts`` (futures) is left running: each is
+    cancelled or waited for (what it raised is dropped: the block's error is raised)."""
+    try:
+        yield
+    except BaseException:
+        for w in parts:
+            if not w.cancel():
+                try:
+                    w.result()
+                except BaseException:
+                    pass
+        raise
+
+
+def _side_work(actual: Any, expected: Any, magnitude: Any, **kw: Any) -> tuple[dict[str, float], int]:
+    """:func:`_op_stats` and the reference's fingerprint, in that order."""
+    op_stats = _op_stats(actual, expected, magnitude, **kw)
+    return op_stats, reference_fingerprint(as_array(expected, name="expected"))
 
 
 def _with_run(exc: Exception, i: int) -> Exception:
