@@ -144,3 +144,27 @@ def test_a_forked_child_gets_its_own_side_thread(monkeypatch):
         if p.is_alive():
             p.kill()
     assert p.exitcode == 0
+
+
+@pytest.mark.skipif(runs._side_worker(np.zeros(1 << 15)) is None, reason="one core: no side work")
+def test_side_work_runs_under_the_callers_floating_point_error_handling(monkeypatch):
+    """numpy's errstate is not inherited by a thread: the side work gets the caller's."""
+    monkeypatch.setattr(runs, "SIDE_WORK_SIZES", (1, 1 << 40))
+    seen: list[dict] = []
+    real_ulp, real_side = runs.ulp_distance, runs._side_work
+
+    def ulp(*a, **kw):
+        seen.append(np.geterr())
+        return real_ulp(*a, **kw)
+
+    def side(*a, **kw):
+        seen.append(np.geterr())
+        return real_side(*a, **kw)
+    monkeypatch.setattr(runs, "ulp_distance", ulp)
+    monkeypatch.setattr(runs, "_side_work", side)
+    x = np.random.default_rng(2).standard_normal((4, COLS)).astype(np.float16)
+    for setting in ("ignore", "raise"):
+        with np.errstate(all=setting):
+            tolstat.from_pairs([(_kernel(x, -1), _reference(x, -1))], op="softmax", dtype="float16",
+                               hardware="cpu", options=tolstat.CollectOptions(progress=False, magnitude="ref"))
+        assert seen[-2:] == [dict.fromkeys(("divide", "over", "under", "invalid"), setting)] * 2

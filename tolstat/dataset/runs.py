@@ -9,6 +9,7 @@ through :mod:`tolstat.ops`). Dataset layer: imports only :mod:`tolstat.measure`,
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import platform as _platform
 import socket
@@ -267,9 +268,9 @@ def _record(actual: Any, expected: Any, i: int, *, op: str, dtype: str, hardware
             # a mid-sized run: its ULP distances, operator statistics and reference
             # fingerprint on a second core while this one computes the other metrics and
             # the record (the same functions of the same arrays: the same values)
-            parts = (side.submit(ulp_distance, actual, expected, dtype),
-                     side.submit(_side_work, actual, expected, magnitude, dtype=dtype, op=op,
-                                 covariates=covariates, rowwise=rowwise))
+            parts = (side.submit(*_as_caller(ulp_distance, actual, expected, dtype)),
+                     side.submit(*_as_caller(_side_work, actual, expected, magnitude, dtype=dtype, op=op,
+                                             covariates=covariates, rowwise=rowwise)))
             del magnitude
             with _settled_on_error(parts):
                 m = metrics_with_ulp(actual, expected, dtype=dtype, rel_floor=rel_floor, allow_nan=allow_nan,
@@ -336,6 +337,18 @@ def _side_worker(expected: Any) -> Any:
             executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tolstat-record")
         _SIDE.update(pid=os.getpid(), executor=executor)
     return _SIDE["executor"]
+
+
+def _as_caller(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+    """The arguments of ``executor.submit`` that run ``fn(*args, **kwargs)`` in the caller's
+    context: its context variables and numpy's floating-point error handling
+    (:func:`numpy.errstate`, which a thread does not inherit), as if called here."""
+    err = np.geterr()
+
+    def call() -> Any:
+        with np.errstate(**err):
+            return fn(*args, **kwargs)
+    return (contextvars.copy_context().run, call)
 
 
 @contextlib.contextmanager
