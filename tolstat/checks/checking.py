@@ -17,6 +17,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from tolstat._base import validate as _validate
+from tolstat._base.threads import settle, submit_side
 from tolstat.dataset.runs import validate_op_args
 from tolstat._base.util import group_rows
 from tolstat._base.dtypes import canonical_dtype, target_dtype
@@ -25,8 +26,10 @@ from tolstat.measure.metrics import ErrorMetrics, as_array, error_metrics, ulp_d
 from tolstat.models.statistics import get as get_statistic
 from tolstat.measure.metrics import metric_covariates
 from tolstat.models.statistics import pair_op_statistics, rounded_statistics
+from tolstat.measure.invariants import invariants
 from tolstat.measure.noise import (PLAIN_SHAPE, beyond_calibration, combined_score, noise_scale, score_of_pair,
-                                   op_pass_coefficients, output_rows, size_limits, statistics_of_pass)
+                                   op_pass_coefficients, output_rows, pass_invariants, PassWithInvariants, size_limits,
+                                   statistics_of_pass)
 from tolstat.calibration.certificate import score_member
 from tolstat.calibration.table import MissingGroup, ToleranceEntry, ToleranceTable
 from tolstat.calibration.decision import (SQRT_N_STATISTICS, carried_values, entry_failed_runs,
@@ -542,7 +545,7 @@ class _OpConstants:
     """What every operator-form check of one table entry reads, worked out once (:func:`_op_constants`)."""
 
     __slots__ = ("td", "q", "threshold", "kq", "rowwise", "thresholds", "methods", "lean", "beyond", "score_keys",
-                 "score_qs")
+                 "score_qs", "has_invariants")
 
     def __init__(self, ent: ToleranceEntry) -> None:
         cert = ent.certificate or {}
@@ -564,6 +567,7 @@ class _OpConstants:
         # the calibrated size the score reads beyond (tables that do not record it: nothing carried)
         limits = size_limits(cert)
         self.beyond = None if limits == (None, None) else limits
+        self.has_invariants = bool(invariants(ent.op))
 
 
 _OP_CONSTANTS: dict[int, tuple[ToleranceEntry, _OpConstants]] = {}
@@ -609,6 +613,32 @@ def _fast_operator(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry, covariates
     kq = c.kq
     rows = c.rowwise and a.ndim > 0
     rowlen = a.shape[-1] if rows else None
+    # a large output's invariants on a second core during the pass (the same values; read
+    # where statistics_of_pass would compute them, settled on every way out)
+    side = submit_side((pass_invariants, (a, ef, mag), dict(dtype=ent.dtype, K=K, acc_dtype="float32", row_axis=-1,
+                                                             op=ent.op))
+                       ) if ef.size >= INVARIANTS_SIDE_SIZE and c.has_invariants else None
+    try:
+        return _fast_operator_pass(a, e, ef, ent, c, mag, m, K, (A, B, C, D), rows, rowlen, given=given, op=op,
+                                   invariants=None if side is None else side[0].result)
+    finally:
+        settle(side)
+
+
+#: outputs from this many elements on have their operator invariants computed on a second
+#: core during the check's pass (:func:`tolstat._base.threads.submit_side`); below, the
+#: hand-over costs about what it saves
+INVARIANTS_SIDE_SIZE = 1 << 16
+
+
+def _fast_operator_pass(a: np.ndarray, e: np.ndarray, ef: np.ndarray, ent: ToleranceEntry, c: "_OpConstants", mag: Any, m: Any,
+                        K: float, coef: tuple[float, float, float, float], rows: bool, rowlen: int | None, *,
+                        given: bool, op: str, invariants: Any) -> CheckResult | None:
+    """The pass of :func:`_fast_operator` and its result (``invariants``: see
+    :func:`tolstat.measure.noise.statistics_of_pass`)."""
+    A, B, C, D = coef
+    kq = c.kq
+    td = c.td
     res = None
     bound = given and m is not None and magnitude_bound_applies(op)
     if c.lean:  # the common case: a finite pair, a magnitude that passes its tests
@@ -628,7 +658,8 @@ def _fast_operator(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry, covariates
     # exactly the ULP distance's rule; for another (a float32 or float64 output) the rule itself
     cr = (res.n_rounding_off == 0 if a.dtype == td.np_dtype
           else bool(np.max(ulp_distance(a, ef, td.name)) == 0.0))
-    stats = statistics_of_pass(res, a, ef, mag, dtype=ent.dtype, K=K, acc_dtype="float32", row_axis=-1, rows=rows,
+    sums = res if invariants is None else PassWithInvariants(res.stats, res.bad, invariants)
+    stats = statistics_of_pass(sums, a, ef, mag, dtype=ent.dtype, K=K, acc_dtype="float32", row_axis=-1, rows=rows,
                                op=ent.op)
     if cr:
         stats = rounded_statistics(stats)

@@ -8,18 +8,17 @@ through :mod:`tolstat.ops`). Dataset layer: imports only :mod:`tolstat.measure`,
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import os
 import platform as _platform
 import socket
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata as _metadata
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from tolstat._base.threads import settled_on_error, submit_side
 from tolstat._base.validate import short_repr
 from tolstat.dataset.records import RunRecord, summarize_run
 from tolstat.dataset.schema import reference_fingerprint
@@ -263,20 +262,19 @@ def _record(actual: Any, expected: Any, i: int, *, op: str, dtype: str, hardware
                                                                       reference=expected)
             except (ValueError, TypeError) as exc:
                 raise type(exc)(f"{exc} ({_DERIVE_HINT.format(op=op)})") from exc
-        side = _side_worker(expected)
-        if side is not None:
+        parts = submit_side((ulp_distance, (actual, expected, dtype), {}),
+                            (_side_work, (actual, expected, magnitude),
+                             dict(dtype=dtype, op=op, covariates=covariates, rowwise=rowwise))
+                            ) if _side_work_size(expected) else None
+        if parts is not None:
             # a mid-sized run: its ULP distances, operator statistics and reference
             # fingerprint on a second core while this one computes the other metrics and
             # the record (the same functions of the same arrays: the same values)
-            parts = (side.submit(*_as_caller(ulp_distance, actual, expected, dtype)),
-                     side.submit(*_as_caller(_side_work, actual, expected, magnitude, dtype=dtype, op=op,
-                                             covariates=covariates, rowwise=rowwise)))
             del magnitude
-            with _settled_on_error(parts):
+            with settled_on_error(parts):
                 m = metrics_with_ulp(actual, expected, dtype=dtype, rel_floor=rel_floor, allow_nan=allow_nan,
                                      ulp=parts[0].result)
         else:
-            parts = ()
             # the operator statistics first, and their magnitude dropped, so that their
             # temporaries and the metrics' arrays are never held at once: a run's peak memory
             # is what the allocator takes back from the system and faults in again on the
@@ -292,12 +290,12 @@ def _record(actual: Any, expected: Any, i: int, *, op: str, dtype: str, hardware
             m = error_metrics(actual, expected, dtype=dtype, rel_floor=rel_floor, allow_nan=allow_nan)
     except (ValueError, TypeError, KeyError) as exc:
         raise _with_run(exc, i) from exc
-    with _settled_on_error(parts):
+    with settled_on_error(parts):
         rec = summarize_run(m, op=op, hardware=hardware, platform=platform, seed=seed,
                             run_index=i, labels=labels, covariates=covariates,
                             sample_size=sample_size, rng=rng)
     del m  # the record holds copies of its samples: the metrics' arrays are freed before the fingerprint
-    if parts:
+    if parts is not None:
         try:
             op_stats, fingerprint = parts[1].result()  # an error of the operator statistics is raised here
         except (ValueError, TypeError, KeyError) as exc:
@@ -312,59 +310,18 @@ def _record(actual: Any, expected: Any, i: int, *, op: str, dtype: str, hardware
 
 
 #: the run sizes (elements) whose ULP distances, operator statistics and fingerprint are
-#: computed on a second core (:func:`_side_worker`): below, handing them over costs about
-#: what it saves; above, the metrics' arrays and the statistics' temporaries held at once
-#: would raise a large run's peak memory (see :func:`_record`)
+#: computed on a second core (:func:`tolstat._base.threads.submit_side`): below, handing
+#: them over costs about what it saves; above, the metrics' arrays and the statistics'
+#: temporaries held at once would raise a large run's peak memory (see :func:`_record`)
 SIDE_WORK_SIZES = (1 << 14, 1 << 20)
-#: (process id, executor or None) of :func:`_side_worker`: a forked child makes its own
-_SIDE: dict[str, Any] = {}
 
 
-def _side_worker(expected: Any) -> Any:
-    """The one-thread executor of :func:`_record`'s side work for a run of ``expected``'s
-    size, or None: a run outside :data:`SIDE_WORK_SIZES`, or a process with one core."""
+def _side_work_size(expected: Any) -> bool:
+    """True for a reference whose size is within :data:`SIDE_WORK_SIZES`."""
     size = getattr(expected, "size", None)
     if callable(size):  # a torch tensor's size() is its shape
         size = expected.numel() if hasattr(expected, "numel") else None
-    if not isinstance(size, (int, np.integer)) or not SIDE_WORK_SIZES[0] <= size <= SIDE_WORK_SIZES[1]:
-        return None
-    if _SIDE.get("pid") != os.getpid():  # first use, or a forked child (the parent's thread is not there)
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        executor = None
-        if cores >= 2:
-            from concurrent.futures import ThreadPoolExecutor
-
-            executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tolstat-record")
-        _SIDE.update(pid=os.getpid(), executor=executor)
-    return _SIDE["executor"]
-
-
-def _as_caller(fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-    """The arguments of ``executor.submit`` that run ``fn(*args, **kwargs)`` in the caller's
-    context: its context variables and numpy's floating-point error handling
-    (:func:`numpy.errstate`, which a thread does not inherit), as if called here."""
-    err = np.geterr()
-
-    def call() -> Any:
-        with np.errstate(**err):
-            return fn(*args, **kwargs)
-    return (contextvars.copy_context().run, call)
-
-
-@contextlib.contextmanager
-def _settled_on_error(parts: Sequence[Any]) -> Iterator[None]:
-    """Where the block raises, no work of ``parts`` (futures) is left running: each is
-    cancelled or waited for (what it raised is dropped: the block's error is raised)."""
-    try:
-        yield
-    except BaseException:
-        for w in parts:
-            if not w.cancel():
-                try:
-                    w.result()
-                except BaseException:
-                    pass
-        raise
+    return isinstance(size, (int, np.integer)) and SIDE_WORK_SIZES[0] <= size <= SIDE_WORK_SIZES[1]
 
 
 def _side_work(actual: Any, expected: Any, magnitude: Any, **kw: Any) -> tuple[dict[str, float], int]:

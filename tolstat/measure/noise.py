@@ -65,7 +65,7 @@ import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -479,20 +479,35 @@ def _pass_coefficients(td: Any, K: float, acc_dtype: Any) -> tuple[float, float,
             MID_SHAPE.c_mid * u_out / math.sqrt(max(K, 1.0)), u_out * td.tiny)
 
 
+class PassWithInvariants(NamedTuple):
+    """A pass's sums (``stats`` and ``bad`` of :class:`tolstat.measure.fused.OpPass`) with
+    ``invariants``, which returns :func:`pass_invariants` of the same pair and arguments,
+    computed elsewhere (a check computes them on a second core during its pass):
+    :func:`statistics_of_pass` reads it where it would compute them."""
+
+    stats: np.ndarray
+    bad: np.ndarray
+    invariants: Callable[[], Any]
+
+
 def statistics_of_pass(res: Any, actual: np.ndarray, expected: np.ndarray, magnitude: Any, *, dtype: Any,
                        K: float, acc_dtype: Any, row_axis: int, rows: bool, op: str | None) -> dict[str, float]:
     """The statistics of :func:`record_statistics` from the sums of one
     :func:`tolstat.measure.fused.op_statistics` pass (``res``) of the pair; the op's
-    invariants (:func:`tolstat.measure.invariants.invariant_values`) are computed here."""
+    invariants (:func:`tolstat.measure.invariants.invariant_values`) are computed here,
+    or read from a :class:`PassWithInvariants` ``res``."""
     st, bad = res.stats, res.bad
+    fused_invariants = res.invariants if type(res) is PassWithInvariants else None
     a, e = actual, expected
     inv = invariants(op)
     names_of = _suffixed_names(tuple(inv))
     n = a.size
     out: dict[str, float] = {}
     scales = None  # the invariants' scales of both shapes, made when a shape first needs them
-    fused = _fused_invariants(a, e, magnitude, inv, dtype=dtype, K=K, acc_dtype=acc_dtype, row_axis=row_axis,
-                              op=op) if inv and not (bad[0] and bad[1]) else None
+    fused = None
+    if inv and not (bad[0] and bad[1]):
+        fused = fused_invariants() if fused_invariants is not None else _fused_invariants(
+            a, e, magnitude, inv, dtype=dtype, K=K, acc_dtype=acc_dtype, row_axis=row_axis, op=op)
     for j in (0, 1):
         names = names_of[j]  # (name, its name under this shape)
         if bad[j]:
@@ -516,6 +531,18 @@ def statistics_of_pass(res: Any, actual: np.ndarray, expected: np.ndarray, magni
             vals.update(invariant_values(a64, e, s, finite, row_axis, inv, op))
         out.update({nm: vals[k] for k, nm in names})
     return out
+
+
+def pass_invariants(actual: np.ndarray, expected: np.ndarray, magnitude: Any, *, dtype: Any, K: float,
+                    acc_dtype: Any, row_axis: int, op: str | None) -> tuple[dict[str, float], dict[str, float]] | None:
+    """The invariant values :func:`statistics_of_pass` computes for a pair by the one-pass
+    kernels (both noise shapes), or None where it computes them otherwise (or the op has
+    none). Their errors are its errors."""
+    inv = invariants(op)
+    if not inv:
+        return None
+    return _fused_invariants(actual, expected, magnitude, inv, dtype=dtype, K=K, acc_dtype=acc_dtype,
+                             row_axis=row_axis, op=op)
 
 
 @functools.lru_cache(maxsize=64)
