@@ -10,6 +10,7 @@ raised as in sequence (with the run's index), and no work of a failed run is lef
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sys
 import warnings
 
@@ -266,3 +267,20 @@ def test_an_error_of_the_invariants_on_the_side_thread_is_raised_by_the_check(mo
                           hardware="cpu", inputs=run["inputs"], params=run["params"])
     got = threads.submit_side((abs, (-5,), {}))  # nothing of that check left in flight
     assert got is not None and got[0].result(timeout=30) == 5
+
+
+def test_a_side_thread_shut_down_at_exit_leaves_the_work_to_the_caller(monkeypatch):
+    """At interpreter exit the executor refuses new work: a check or record made then (an
+    atexit hook's) computes everything itself instead of failing."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    dead = ThreadPoolExecutor(max_workers=1)
+    dead.shutdown()
+    monkeypatch.setattr(threads, "_STATE", {"pid": os.getpid(), "executor": dead, "busy": 0})
+    assert threads.submit_side((abs, (-1,), {}), (abs, (-2,), {})) is None
+    assert threads._STATE["busy"] == 0  # nothing counted in flight
+    monkeypatch.setattr(runs, "SIDE_WORK_SIZES", (1, 1 << 40))
+    x = np.random.default_rng(3).standard_normal((4, COLS)).astype(np.float16)
+    ds = tolstat.from_pairs([(_kernel(x, -1), _reference(x, -1))], op="softmax", dtype="float16", hardware="cpu",
+                            options=tolstat.CollectOptions(progress=False, magnitude="ref"))
+    assert int(ds.sizes["run"]) == 1

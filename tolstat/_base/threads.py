@@ -73,16 +73,18 @@ def submit_side(*calls: tuple[Callable[..., Any], Sequence[Any], Mapping[str, An
         if _STATE["busy"]:
             return None
         _STATE["busy"] = len(calls)
-    futures = []
+    futures: list[Future] = []
     try:
         for fn, args, kwargs in calls:
             f = ex.submit(_as_caller(fn, args, kwargs))
             f.add_done_callback(_done)
             futures.append(f)
-    except BaseException:  # an executor shut down at exit: the calls not handed over are not in flight
-        with _LOCK:
+    except BaseException as exc:
+        with _LOCK:  # the calls not handed over are not in flight
             _STATE["busy"] -= len(calls) - len(futures)
         settle(futures)
+        if isinstance(exc, RuntimeError):  # an executor shut down (interpreter exit): the caller computes them
+            return None
         raise
     return futures
 
