@@ -631,9 +631,9 @@ def _fast_operator(a: np.ndarray, e: np.ndarray, ent: ToleranceEntry, covariates
 INVARIANTS_SIDE_SIZE = 1 << 16
 
 
-def _fast_operator_pass(a: np.ndarray, e: np.ndarray, ef: np.ndarray, ent: ToleranceEntry, c: "_OpConstants", mag: Any, m: Any,
-                        K: float, coef: tuple[float, float, float, float], rows: bool, rowlen: int | None, *,
-                        given: bool, op: str, invariants: Any) -> CheckResult | None:
+def _fast_operator_pass(a: np.ndarray, e: np.ndarray, ef: np.ndarray, ent: ToleranceEntry, c: "_OpConstants",
+                        mag: Any, m: Any, K: float, coef: tuple[float, float, float, float], rows: bool,
+                        rowlen: int | None, *, given: bool, op: str, invariants: Any) -> CheckResult | None:
     """The pass of :func:`_fast_operator` and its result (``invariants``: see
     :func:`tolstat.measure.noise.statistics_of_pass`)."""
     A, B, C, D = coef
