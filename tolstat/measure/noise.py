@@ -848,9 +848,9 @@ def beyond_calibration(stats: Mapping[str, Any], *, rows: Any, rows_max: float |
         if np.any(f != 1.0):
             out = extrapolated_rows(out, f)
     if n_max is not None and float(n_max) >= 1:
-        nn = np.asarray(n, dtype=np.float64)
-        if np.any(nn > n_max):
-            g = bias_extrapolation(nn, n_max)
+        beyond = float(n) > n_max if isinstance(n, _SCALARS) else np.any(np.asarray(n, dtype=np.float64) > n_max)
+        if beyond:
+            g = bias_extrapolation(n, n_max)  # a float for one check, an array for runs
             out = {k: (v / g if k in BIAS_STATISTICS else v) for k, v in out.items()}
     return out
 
